@@ -1,0 +1,82 @@
+# juice-slurm. `make demo` runs the whole system on a fresh Debian 12 machine; `make test` passes the tests.
+# Both need root: they install and start a real Slurm cluster and PostgreSQL (test/testbed.sh).
+SHELL := /bin/bash
+GO ?= go
+GOFLAGS ?=
+BIN := bin
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/juice-slurm/juice-slurm/cmd/juice-slurm/app.Version=$(VERSION)
+STATICCHECK_VERSION := v0.8.2
+# Integration tests that talk to the test bed read its env file; see test/testbed/testbed.go.
+export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
+
+.PHONY: all build go-build spank test unit test-go test-spank test-e2e test-compat testbed-up testbed-down \
+	testbed-wire demo bench chaos chaos-short fuzz lint clean
+
+all: build
+
+build: go-build spank
+
+go-build:
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+spank:
+	$(MAKE) -C spank
+
+# Unit tests only: no service needed.
+unit:
+	$(GO) test -count=1 ./...
+
+# Everything CI runs: the test bed comes up first (installing what is missing), then the C and Go suites
+# against the real daemons, then the Slurm 24.11 and 26.05 compatibility runs.
+test: testbed-up build test-spank test-go test-e2e test-compat
+	@echo "make test: all suites passed"
+
+test-spank:
+	$(MAKE) -C spank test
+
+test-go:
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+test-e2e: testbed-wire
+	$(GO) test -race -count=1 -timeout 20m -tags e2e ./test/e2e/...
+
+test-compat:
+	bash test/chroot/test-compat.sh
+
+testbed-up:
+	bash test/testbed.sh up
+
+testbed-wire: build
+	bash test/testbed.sh wire
+
+testbed-down:
+	bash test/testbed.sh down
+
+demo:
+	bash test/demo.sh
+
+bench: testbed-up build
+	bash test/bench.sh
+
+chaos: testbed-up build
+	bash test/chaos.sh full
+
+chaos-short: testbed-up build
+	bash test/chaos.sh short
+
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParseVRAM -fuzztime $(FUZZTIME) ./juiceapi/
+	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime $(FUZZTIME) ./reconcile/
+	$(GO) test -run '^$$' -fuzz FuzzOpenSession -fuzztime $(FUZZTIME) ./reconcile/
+
+lint:
+	$(GO) vet ./...
+	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...
+
+clean:
+	rm -rf $(BIN)
+	$(MAKE) -C spank clean

@@ -1,0 +1,129 @@
+package juiceapi
+
+import (
+	"bufio"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestParseVRAMVectors checks the shared table row by row, so Go and the C plugin agree.
+func TestParseVRAMVectors(t *testing.T) {
+	f, err := os.Open("../test/vectors/vram.tsv")
+	if err != nil {
+		t.Fatalf("open shared vectors: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	rows := 0
+	for line := 1; sc.Scan(); line++ {
+		text := sc.Text()
+		if strings.HasPrefix(text, "#") || text == "" {
+			continue
+		}
+		// Split on the last tab: inputs may hold spaces (and be empty), never tabs.
+		tab := strings.LastIndexByte(text, '\t')
+		if tab < 0 {
+			t.Fatalf("vram.tsv:%d: no tab in %q", line, text)
+		}
+		input, want := text[:tab], text[tab+1:]
+		rows++
+		got, err := ParseVRAM(input)
+		switch {
+		case want == "error":
+			if err == nil {
+				t.Errorf("vram.tsv:%d: ParseVRAM(%q) = %d, want an error", line, input, got)
+			} else if !strings.Contains(err.Error(), strconv.Quote(input)) {
+				t.Errorf("vram.tsv:%d: error %q does not name the value %q", line, err, input)
+			}
+		case strings.HasPrefix(want, "ok "):
+			wantBytes, perr := strconv.ParseUint(strings.TrimPrefix(want, "ok "), 10, 64)
+			if perr != nil {
+				t.Fatalf("vram.tsv:%d: bad expectation %q", line, want)
+			}
+			if err != nil || got != wantBytes {
+				t.Errorf("vram.tsv:%d: ParseVRAM(%q) = %d, %v; want %d", line, input, got, err, wantBytes)
+			}
+		default:
+			t.Fatalf("vram.tsv:%d: bad expectation %q", line, want)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if rows < 30 {
+		t.Fatalf("read only %d rows from vram.tsv", rows)
+	}
+}
+
+func TestParseVRAMMessages(t *testing.T) {
+	for in, want := range map[string]string{
+		"1.5xyz":       `invalid VRAM size "1.5xyz": unknown unit "xyz" (use B, MB, GB, MiB or GiB; a bare number is GiB)`,
+		"":             `invalid VRAM size "": empty`,
+		"-1":           `invalid VRAM size "-1": must start with a digit`,
+		"1.":           `invalid VRAM size "1.": expected digits after the decimal point`,
+		"1.0000000001": `invalid VRAM size "1.0000000001": at most 9 digits`,
+		"17179869184":  `invalid VRAM size "17179869184": too large`,
+	} {
+		_, err := ParseVRAM(in)
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("ParseVRAM(%q) error = %v, want prefix %q", in, err, want)
+		}
+	}
+}
+
+func TestFormatVRAM(t *testing.T) {
+	for _, c := range []struct {
+		in   uint64
+		want string
+	}{
+		{0, "0B"}, {123, "123B"}, {1023, "1023B"},
+		{512 * MiB, "512MiB"}, {GiB, "1GiB"}, {GiB + GiB/2, "1.5GiB"}, {80 * GiB, "80GiB"},
+		{2560 * MiB, "2.5GiB"}, {GiB + GiB/8, "1.125GiB"}, {GiB + 2*MiB, "1026MiB"},
+		{MiB / 2, "524288B"}, {1500 * MB, "1.5GB"}, {512 * MB, "512MB"}, {107374182, "107374182B"},
+		{1<<64 - 1, "18446744073709551615B"}, {math.MaxUint64 - GiB + 1, "17179869183GiB"},
+	} {
+		got := FormatVRAM(c.in)
+		if got != c.want {
+			t.Errorf("FormatVRAM(%d) = %q, want %q", c.in, got, c.want)
+		}
+		back, err := ParseVRAM(got)
+		if err != nil || back != c.in {
+			t.Errorf("ParseVRAM(FormatVRAM(%d)=%q) = %d, %v", c.in, got, back, err)
+		}
+	}
+}
+
+func FuzzParseVRAM(f *testing.F) {
+	for _, s := range []string{"1", "1.5", "2.5GiB", "2560MiB", "1GB", "512mb", "0.000000001", "18446744073709551615B", "1.5xyz", "", "-1", " 1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseVRAM(s) // must never panic
+		if err != nil {
+			if !strings.Contains(err.Error(), strconv.Quote(s)) {
+				t.Fatalf("error %q does not name %q", err, s)
+			}
+			return
+		}
+		back, err := ParseVRAM(FormatVRAM(v))
+		if err != nil || back != v {
+			t.Fatalf("ParseVRAM(FormatVRAM(%d)=%q) = %d, %v", v, FormatVRAM(v), back, err)
+		}
+	})
+}
+
+func FuzzFormatVRAM(f *testing.F) {
+	for _, x := range []uint64{0, 1, 1023, MiB, GiB, math.MaxUint64, 1500 * MB} {
+		f.Add(x)
+	}
+	f.Fuzz(func(t *testing.T, x uint64) {
+		s := FormatVRAM(x)
+		back, err := ParseVRAM(s)
+		if err != nil || back != x {
+			t.Fatalf("ParseVRAM(FormatVRAM(%d)=%q) = %d, %v", x, s, back, err)
+		}
+	})
+}

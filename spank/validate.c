@@ -1,0 +1,295 @@
+/*
+ * validate.c - option validation and VRAM sizes (see test/vectors/README.md
+ * sections 1-3).  Pure C: no Slurm, no allocation.
+ */
+#include "validate.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_alnum(char c)
+{
+	return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+const char *juice_opt_name(enum juice_opt opt)
+{
+	switch (opt) {
+	case JUICE_OPT_POOL: return "juice-pool";
+	case JUICE_OPT_GPUS: return "juice-gpu-count";
+	case JUICE_OPT_VRAM: return "juice-vram";
+	default: return "none";
+	}
+}
+
+void juice_limits_default(struct juice_limits *lim)
+{
+	memset(lim, 0, sizeof(*lim));
+	lim->max_gpus = JUICE_DEFAULT_MAX_GPUS;
+	lim->max_vram = JUICE_DEFAULT_MAX_VRAM;
+}
+
+void juice_quote(const char *s, char *out, size_t outlen)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0, n = 0;
+
+	if (outlen == 0)
+		return;
+	for (; s && *s && n < 64; s++, n++) {
+		unsigned char c = (unsigned char)*s;
+		char tmp[4];
+		size_t k = 0;
+
+		if (c == '"' || c == '\\') {
+			tmp[k++] = '\\';
+			tmp[k++] = (char)c;
+		} else if (c >= 0x20 && c < 0x7f) {
+			tmp[k++] = (char)c;
+		} else {
+			tmp[k++] = '\\';
+			tmp[k++] = 'x';
+			tmp[k++] = hex[c >> 4];
+			tmp[k++] = hex[c & 15];
+		}
+		if (o + k + 4 > outlen)  /* room for "..." and NUL */
+			break;
+		memcpy(out + o, tmp, k);
+		o += k;
+	}
+	if (s && *s && o + 4 <= outlen) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
+}
+
+void juice_format_size(uint64_t bytes, char *out, size_t outlen)
+{
+	if (bytes != 0 && bytes % (1ULL << 30) == 0)
+		snprintf(out, outlen, "%lluGiB", (unsigned long long)(bytes >> 30));
+	else if (bytes != 0 && bytes % (1ULL << 20) == 0)
+		snprintf(out, outlen, "%lluMiB", (unsigned long long)(bytes >> 20));
+	else
+		snprintf(out, outlen, "%llu bytes", (unsigned long long)bytes);
+}
+
+/* Case-insensitive whole-string compare for the unit (ASCII only). */
+static int unit_is(const char *s, const char *unit)
+{
+	for (; *s && *unit; s++, unit++) {
+		char a = *s, b = *unit;
+		if (a >= 'A' && a <= 'Z')
+			a = (char)(a - 'A' + 'a');
+		if (a != b)
+			return 0;
+	}
+	return *s == '\0' && *unit == '\0';
+}
+
+int juice_parse_vram(const char *s, uint64_t *bytes)
+{
+	uint64_t ipart = 0, frac = 0, pow10 = 1, unit, total;
+	int ndigits = 0, nfrac = 0;
+
+	if (!s)
+		return -1;
+	for (; is_digit(*s); s++, ndigits++) {
+		uint64_t d = (uint64_t)(*s - '0');
+		if (ipart > (UINT64_MAX - d) / 10)
+			return -1;
+		ipart = ipart * 10 + d;
+	}
+	if (ndigits == 0)
+		return -1;
+	if (*s == '.') {
+		s++;
+		for (; is_digit(*s); s++, nfrac++) {
+			if (nfrac == 9)
+				return -1;
+			frac = frac * 10 + (uint64_t)(*s - '0');
+			pow10 *= 10;
+		}
+		if (nfrac == 0)
+			return -1;
+	}
+	if (*s == '\0' || unit_is(s, "gib"))
+		unit = 1ULL << 30;
+	else if (unit_is(s, "mib"))
+		unit = 1ULL << 20;
+	else if (unit_is(s, "gb"))
+		unit = 1000000000ULL;
+	else if (unit_is(s, "mb"))
+		unit = 1000000ULL;
+	else if (unit_is(s, "b"))
+		unit = 1;
+	else
+		return -1;
+
+	if (ipart > UINT64_MAX / unit)
+		return -1;
+	total = ipart * unit;
+	/* frac < 10^9 and unit <= 2^30: the product fits in 64 bits. */
+	frac = frac * unit / pow10;
+	if (total > UINT64_MAX - frac)
+		return -1;
+	*bytes = total + frac;
+	return 0;
+}
+
+int juice_pool_valid(const char *pool)
+{
+	size_t n;
+
+	if (!pool || !is_alnum(pool[0]))
+		return -1;
+	for (n = 0; pool[n]; n++) {
+		char c = pool[n];
+		if (n >= JUICE_POOL_MAX)
+			return -1;
+		if (!is_alnum(c) && c != '.' && c != '_' && c != '-')
+			return -1;
+	}
+	return 0;
+}
+
+int juice_check_pool(const char *pool, char *err, size_t errlen)
+{
+	char q[80];
+
+	if (juice_pool_valid(pool) == 0)
+		return 0;
+	juice_quote(pool, q, sizeof(q));
+	snprintf(err, errlen,
+		 "invalid --juice-pool \"%s\": must be 1 to %d characters from "
+		 "A-Z a-z 0-9 . _ -, the first a letter or digit",
+		 q, JUICE_POOL_MAX);
+	return -1;
+}
+
+int juice_check_gpu_count(const char *s, unsigned max_gpus, unsigned *out,
+			  char *err, size_t errlen)
+{
+	unsigned long v = 0;
+	const char *p;
+	char q[80];
+
+	for (p = s; p && is_digit(*p); p++) {
+		v = v * 10 + (unsigned long)(*p - '0');
+		if (v > max_gpus)
+			break;  /* also stops overflow */
+	}
+	if (s && p != s && *p == '\0' && v >= 1 && v <= max_gpus) {
+		*out = (unsigned)v;
+		return 0;
+	}
+	juice_quote(s, q, sizeof(q));
+	snprintf(err, errlen,
+		 "invalid --juice-gpu-count \"%s\": must be a whole number "
+		 "from 1 to %u", q, max_gpus);
+	return -1;
+}
+
+int juice_check_vram(const char *s, uint64_t max_vram, uint64_t *out,
+		     char *err, size_t errlen)
+{
+	uint64_t v;
+	char q[80], m[32];
+
+	juice_quote(s, q, sizeof(q));
+	if (juice_parse_vram(s, &v) < 0) {
+		snprintf(err, errlen,
+			 "invalid --juice-vram \"%s\": must be a size in GiB "
+			 "such as 16, 1.5 or 2560MiB (units: B, MB, GB, MiB, "
+			 "GiB; at most 9 decimals)", q);
+		return -1;
+	}
+	if (v == 0) {
+		snprintf(err, errlen,
+			 "invalid --juice-vram \"%s\": must be above 0", q);
+		return -1;
+	}
+	if (v > max_vram) {
+		juice_format_size(max_vram, m, sizeof(m));
+		snprintf(err, errlen,
+			 "invalid --juice-vram \"%s\": more than the maximum "
+			 "of %s per GPU", q, m);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+int juice_request_resolve(const char *pool, const char *gpus, const char *vram,
+			  const struct juice_limits *lim,
+			  struct juice_request *req, enum juice_opt *bad,
+			  char *err, size_t errlen)
+{
+	char q[80], q2[80];
+
+	memset(req, 0, sizeof(*req));
+	*bad = JUICE_OPT_NONE;
+	if (!pool && !gpus && !vram)
+		return 0;
+
+	/* Each option on its own. */
+	if (pool && juice_check_pool(pool, err, errlen) < 0) {
+		*bad = JUICE_OPT_POOL;
+		return -1;
+	}
+	req->gpus = 1;
+	if (gpus && juice_check_gpu_count(gpus, lim->max_gpus, &req->gpus,
+					  err, errlen) < 0) {
+		*bad = JUICE_OPT_GPUS;
+		return -1;
+	}
+	if (vram && juice_check_vram(vram, lim->max_vram, &req->vram,
+				     err, errlen) < 0) {
+		*bad = JUICE_OPT_VRAM;
+		return -1;
+	}
+
+	/* Across options. */
+	if (vram && req->gpus > 1) {
+		juice_quote(vram, q, sizeof(q));
+		juice_quote(gpus, q2, sizeof(q2));
+		snprintf(err, errlen,
+			 "invalid --juice-vram \"%s\" with --juice-gpu-count "
+			 "\"%s\": a VRAM slice is for a single GPU (drop "
+			 "--juice-vram or ask for 1 GPU)", q, q2);
+		*bad = JUICE_OPT_VRAM;
+		return -1;
+	}
+	if (!pool) {
+		if (lim->default_pool[0] == '\0') {
+			juice_quote(gpus ? gpus : vram, q, sizeof(q));
+			snprintf(err, errlen,
+				 "missing --juice-pool: --juice-%s \"%s\" needs "
+				 "a pool and this cluster has no default pool",
+				 gpus ? "gpu-count" : "vram", q);
+			*bad = JUICE_OPT_POOL;
+			return -1;
+		}
+		pool = lim->default_pool;
+	}
+	snprintf(req->pool, sizeof(req->pool), "%s", pool);
+	return 1;
+}
+
+int juice_request_format(const struct juice_request *req, char *out,
+			 size_t outlen)
+{
+	int n;
+
+	if (req->vram)
+		n = snprintf(out, outlen, "juice:v1:pool=%s,gpus=%u,vram=%llu",
+			     req->pool, req->gpus,
+			     (unsigned long long)req->vram);
+	else
+		n = snprintf(out, outlen, "juice:v1:pool=%s,gpus=%u",
+			     req->pool, req->gpus);
+	if (n < 0 || (size_t)n >= outlen || n > JUICE_REQUEST_MAX)
+		return -1;
+	return 0;
+}

@@ -1,0 +1,88 @@
+/*
+ * validate.h - option validation and VRAM sizes for the juice SPANK plugin.
+ *
+ * Pure C, no Slurm: unit-tested against test/vectors/options.tsv and
+ * test/vectors/vram.tsv (the same tables the Go side reads).
+ */
+#ifndef JUICE_VALIDATE_H
+#define JUICE_VALIDATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define JUICE_POOL_MAX 63          /* characters in a pool name */
+#define JUICE_REQUEST_MAX 1024     /* bytes in a canonical request */
+#define JUICE_DEFAULT_MAX_GPUS 8
+#define JUICE_DEFAULT_MAX_VRAM (80ULL << 30)  /* 80GiB */
+#define JUICE_MAX_GPUS_LIMIT 4096  /* largest max_gpus= a site may configure */
+
+/* The options, for "which option is wrong". */
+enum juice_opt {
+	JUICE_OPT_NONE = 0,
+	JUICE_OPT_POOL,
+	JUICE_OPT_GPUS,
+	JUICE_OPT_VRAM,
+};
+
+struct juice_limits {
+	char default_pool[JUICE_POOL_MAX + 1];  /* "" = no default pool */
+	unsigned max_gpus;
+	uint64_t max_vram;
+};
+
+struct juice_request {
+	char pool[JUICE_POOL_MAX + 1];
+	unsigned gpus;
+	uint64_t vram;  /* bytes of one GPU; 0 = no slice asked for */
+};
+
+/* "juice-pool", "juice-gpu-count", "juice-vram" (no leading dashes). */
+const char *juice_opt_name(enum juice_opt opt);
+
+void juice_limits_default(struct juice_limits *lim);
+
+/*
+ * Parse a VRAM size: <digits>[.<1-9 digits>][B|MB|GB|MiB|GiB], unit
+ * case-insensitive, none = GiB.  Exact in uint64, rounded down.
+ * Returns 0 and sets *bytes, or -1 on a grammar error or overflow.
+ */
+int juice_parse_vram(const char *s, uint64_t *bytes);
+
+/* Pool name: 1-63 of [A-Za-z0-9._-], the first a letter or digit. 0/-1. */
+int juice_pool_valid(const char *pool);
+
+/*
+ * Per-option checks.  On error return -1 and write a message (without the
+ * "juice: " prefix) that names the option and quotes the value.
+ */
+int juice_check_pool(const char *pool, char *err, size_t errlen);
+int juice_check_gpu_count(const char *s, unsigned max_gpus, unsigned *out,
+			  char *err, size_t errlen);
+int juice_check_vram(const char *s, uint64_t max_vram, uint64_t *out,
+		     char *err, size_t errlen);
+
+/*
+ * All rules together.  pool/gpus/vram are the raw option values, NULL when
+ * the option was not given.  Returns 0 when no option was given (not a Juice
+ * job), 1 with *req filled, or -1 with *bad naming the option and err a
+ * message.
+ */
+int juice_request_resolve(const char *pool, const char *gpus, const char *vram,
+			  const struct juice_limits *lim,
+			  struct juice_request *req, enum juice_opt *bad,
+			  char *err, size_t errlen);
+
+/* "juice:v1:pool=P,gpus=N[,vram=B]".  Returns 0, or -1 if it does not fit. */
+int juice_request_format(const struct juice_request *req, char *out,
+			 size_t outlen);
+
+/*
+ * Copy a user-supplied value for a message: printable ASCII as is, anything
+ * else as \xNN, '"' and '\' escaped, cut to about 64 characters with "...".
+ */
+void juice_quote(const char *s, char *out, size_t outlen);
+
+/* "80GiB", "1536MiB" or "123 bytes": for messages about a maximum. */
+void juice_format_size(uint64_t bytes, char *out, size_t outlen);
+
+#endif

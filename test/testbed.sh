@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# The project's test bed: a real one-node Slurm 22.05 cluster (munged, slurmctld, slurmd, slurmrestd with JWT on
+# 127.0.0.1) and a PostgreSQL cluster run by a non-root user on its own port, on a Debian 12 machine, as root.
+#
+#   test/testbed.sh up       install what is missing, write the configs, start every daemon, wait, write the env file
+#   test/testbed.sh wire     (after up) load the SPANK plugin, job_submit.lua and the slurmctld prolog/epilog hooks
+#   test/testbed.sh unwire   take them out again
+#   test/testbed.sh down     stop exactly the daemons this script started, by pid
+#   test/testbed.sh status   say what runs
+#
+# Everything lives under $JUICE_TESTBED_DIR (default /var/tmp/juice-testbed). The env file
+# $JUICE_TESTBED_DIR/env holds the URLs and the path of the REST token file for the tests. The token is never
+# exported as SLURM_JWT: srun and sbatch would switch to auth/jwt and a waiting srun would be revoked.
+set -euo pipefail
+
+TB=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RUN=$TB/run
+LOG=$TB/log
+SLURM_STATE=$TB/slurm
+PGDATA=$TB/pg/data
+PGSOCK=$TB/pg/sock
+PGPORT=${JUICE_TESTBED_PGPORT:-5433}
+REST_PORT=6820
+CLUSTER=juicetest
+PARTITION=debug
+SLURM_USER=slurm
+PG_USER=postgres
+PGBIN=/usr/lib/postgresql/15/bin
+SLURM_CONF=/etc/slurm/slurm.conf
+WIRING_CONF=/etc/slurm/juice-wiring.conf
+PLUGSTACK_ENTRY=/etc/slurm/plugstack.conf.d/juice.conf
+JUICE_PREFIX=/usr/local/lib/juice-slurm
+JUICE_ETC=/etc/juice-slurm
+JUICE_SESSIONS=/var/spool/juice-slurm/sessions
+
+log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (the test bed installs packages and starts Slurm's daemons)"
+
+alive() { # alive PIDFILE: the pid in the file runs
+	[ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+# wait_for DESCRIPTION SECONDS COMMAND...: retry until the command succeeds, saying every 5 s that we still wait.
+wait_for() {
+	local what=$1 limit=$2 start=$SECONDS next=5
+	shift 2
+	until "$@" >/dev/null 2>&1; do
+		if ((SECONDS - start >= limit)); then
+			die "$what: not ready after ${limit}s"
+		fi
+		if ((SECONDS - start >= next)); then
+			log "still waiting for $what ($((SECONDS - start))s)"
+			next=$((next + 5))
+		fi
+		sleep 0.2
+	done
+}
+
+install_packages() {
+	local need=()
+	command -v slurmctld >/dev/null || need+=(slurm-wlm slurmctld slurmd slurm-client)
+	command -v slurmrestd >/dev/null || need+=(slurmrestd)
+	[ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so ] || need+=(slurm-wlm-jwt-plugin)
+	[ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so ] || need+=(slurm-wlm-basic-plugins)
+	command -v munged >/dev/null || need+=(munge)
+	[ -e /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
+	[ -x $PGBIN/postgres ] || need+=(postgresql-15)
+	command -v gcc >/dev/null || need+=(gcc libc6-dev)
+	command -v make >/dev/null || need+=(make)
+	[ -e /usr/include/openssl/evp.h ] || need+=(libssl-dev)
+	command -v curl >/dev/null || need+=(curl)
+	command -v jq >/dev/null || need+=(jq)
+	command -v setpriv >/dev/null || need+=(util-linux)
+	command -v openssl >/dev/null || need+=(openssl)
+	((${#need[@]})) || return 0
+	log "installing from Debian's packages: ${need[*]}"
+	# Postinst scripts would start the daemons themselves (without our config); policy-rc.d tells them not to.
+	local policy=/usr/sbin/policy-rc.d had_policy=0
+	[ -e $policy ] && had_policy=1
+	if [ $had_policy = 0 ]; then printf '#!/bin/sh\nexit 101\n' >$policy && chmod 755 $policy; fi
+	export DEBIAN_FRONTEND=noninteractive
+	if ! apt-get install -y --no-install-recommends "${need[@]}" >"$LOG/apt.log" 2>&1; then
+		log "apt-get install failed; updating the package lists and trying once more"
+		apt-get update >>"$LOG/apt.log" 2>&1
+		apt-get install -y --no-install-recommends "${need[@]}" >>"$LOG/apt.log" 2>&1 ||
+			{ tail -20 "$LOG/apt.log" >&2; [ $had_policy = 1 ] || rm -f $policy; die "apt-get install failed (see $LOG/apt.log)"; }
+	fi
+	[ $had_policy = 1 ] || rm -f $policy
+	# Debian's postinst scripts may have started daemons despite policy-rc.d (munge does on some images): they are
+	# not ours to keep, and ours need their ports.
+	log "packages installed"
+}
+
+start_munge() {
+	if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return 0; fi
+	if [ ! -s /etc/munge/munge.key ]; then
+		log "creating the munge key"
+		install -d -o munge -g munge -m 0700 /etc/munge
+		setpriv --reuid=munge --regid=munge --clear-groups mungekey --create --keyfile=/etc/munge/munge.key
+	fi
+	install -d -o munge -g munge -m 0755 /run/munge
+	install -d -o munge -g munge -m 0700 /var/lib/munge /var/log/munge
+	log "starting munged"
+	setpriv --reuid=munge --regid=munge --clear-groups munged --pid-file=/run/munge/munged.pid
+	wait_for munged 20 sh -c 'munge -n | unmunge'
+	cp /run/munge/munged.pid "$RUN/munged.pid"
+}
+
+write_slurm_conf() {
+	local node mem
+	node=$(slurmd -C | head -1 | sed -e 's/ UpTime=.*//')
+	# RealMemory about 90% of what the node has, so slurmd never refuses to register.
+	mem=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
+	node=$(echo "$node" | sed -e "s/RealMemory=[0-9]*/RealMemory=$mem/")
+	install -d -o $SLURM_USER -g $SLURM_USER -m 0755 "$SLURM_STATE" "$SLURM_STATE/state" "$SLURM_STATE/spool" "$LOG/slurm"
+	if [ ! -s "$SLURM_STATE/jwt.key" ]; then
+		head -c 32 /dev/urandom >"$SLURM_STATE/jwt.key"
+	fi
+	chown $SLURM_USER:$SLURM_USER "$SLURM_STATE/jwt.key"
+	chmod 0600 "$SLURM_STATE/jwt.key"
+	[ -e $WIRING_CONF ] || echo "# juice-slurm wiring: written by test/testbed.sh wire" >$WIRING_CONF
+	local short
+	short=$(hostname -s)
+	cat >"$SLURM_CONF.new" <<EOF
+# Written by juice-slurm's test/testbed.sh: a one-node cluster on loopback.
+ClusterName=$CLUSTER
+SlurmctldHost=$short(127.0.0.1)
+SlurmUser=$SLURM_USER
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$SLURM_STATE/state
+SlurmdSpoolDir=$SLURM_STATE/spool
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd.pid
+SlurmctldLogFile=$LOG/slurm/slurmctld.log
+SlurmdLogFile=$LOG/slurm/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$SLURM_STATE/jwt.key
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+MailProg=/bin/true
+ReturnToService=2
+SchedulerParameters=sched_interval=2
+MinJobAge=300
+KillWait=5
+# Slow prologs: slurmctld waits for ever unless this is set; the juice prolog's own wait is shorter.
+PrologEpilogTimeout=300
+Include $WIRING_CONF
+$node NodeAddr=127.0.0.1 State=UNKNOWN
+PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+EOF
+	mv "$SLURM_CONF.new" "$SLURM_CONF"
+	# Debian's plugstack.conf includes plugstack.conf.d/*.conf.
+	install -d /etc/slurm/plugstack.conf.d
+	[ -e /etc/slurm/plugstack.conf ] || echo "include /etc/slurm/plugstack.conf.d/*.conf" >/etc/slurm/plugstack.conf
+}
+
+start_slurm() {
+	if ! alive "$RUN/slurmctld.pid"; then
+		log "starting slurmctld"
+		slurmctld
+		wait_for slurmctld 30 scontrol ping
+	fi
+	if ! alive "$RUN/slurmd.pid"; then
+		log "starting slurmd"
+		slurmd
+	fi
+	wait_for "the node to be idle" 60 sh -c "sinfo -h -o %T | grep -Eq '^(idle|mixed|allocated)'"
+}
+
+refresh_token() {
+	local tok
+	# A long lifespan: a test run must not outlive its token. It is rewritten on every 'up'.
+	tok=$(scontrol token username=$SLURM_USER lifespan=172800 | sed -n 's/^SLURM_JWT=//p')
+	[ -n "$tok" ] || die "scontrol token printed no token"
+	umask 077
+	printf '%s\n' "$tok" >"$TB/slurm-token.new"
+	chmod 0600 "$TB/slurm-token.new"
+	mv "$TB/slurm-token.new" "$TB/slurm-token"
+}
+
+rest_ping() {
+	curl -fsS -H "X-SLURM-USER-NAME: $SLURM_USER" -H "X-SLURM-USER-TOKEN: $(cat "$TB/slurm-token")" \
+		"http://127.0.0.1:$REST_PORT/slurm/v0.0.38/ping"
+}
+
+start_slurmrestd() {
+	if alive "$RUN/slurmrestd.pid"; then return 0; fi
+	log "starting slurmrestd on 127.0.0.1:$REST_PORT"
+	# slurmrestd refuses root; SLURM_JWT=daemon makes it talk to slurmctld with the key it shares.
+	SLURM_JWT=daemon setsid setpriv --reuid=$SLURM_USER --regid=$SLURM_USER --clear-groups \
+		slurmrestd -a rest_auth/jwt -s openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36 "127.0.0.1:$REST_PORT" \
+		</dev/null >>"$LOG/slurm/slurmrestd.log" 2>&1 &
+	echo $! >"$RUN/slurmrestd.pid"
+	wait_for slurmrestd 30 rest_ping
+}
+
+start_postgres() {
+	install -d -o $PG_USER -g $PG_USER -m 0700 "$TB/pg" "$PGSOCK" "$LOG/pg"
+	if [ ! -s "$PGDATA/PG_VERSION" ]; then
+		log "initialising PostgreSQL in $PGDATA"
+		setpriv --reuid=$PG_USER --regid=$PG_USER --clear-groups \
+			$PGBIN/initdb -D "$PGDATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$LOG/pg/initdb.log" 2>&1 ||
+			{ cat "$LOG/pg/initdb.log" >&2; die "initdb failed"; }
+		cat >>"$PGDATA/postgresql.conf" <<EOF
+# juice-slurm test bed
+listen_addresses = '127.0.0.1'
+port = $PGPORT
+unix_socket_directories = '$PGSOCK'
+max_connections = 300
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+shared_buffers = 256MB
+EOF
+	fi
+	chmod 0755 "$TB/pg" "$PGSOCK"
+	if ! setpriv --reuid=$PG_USER --regid=$PG_USER --clear-groups $PGBIN/pg_ctl -D "$PGDATA" status >/dev/null 2>&1; then
+		log "starting PostgreSQL on 127.0.0.1:$PGPORT"
+		setpriv --reuid=$PG_USER --regid=$PG_USER --clear-groups \
+			$PGBIN/pg_ctl -D "$PGDATA" -l "$LOG/pg/postgres.log" -w -t 60 start >/dev/null
+	fi
+	head -1 "$PGDATA/postmaster.pid" >"$RUN/postgres.pid"
+	wait_for postgres 30 $PGBIN/pg_isready -h 127.0.0.1 -p "$PGPORT"
+	psql -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -qtAc "SELECT 1 FROM pg_roles WHERE rolname='juice'" | grep -q 1 ||
+		psql -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -qc "CREATE ROLE juice LOGIN SUPERUSER"
+}
+
+write_env() {
+	cat >"$TB/env.new" <<EOF
+JUICE_TESTBED_DIR=$TB
+JUICE_TESTBED_REPO=$REPO
+JUICE_TESTBED_CLUSTER=$CLUSTER
+JUICE_TESTBED_PARTITION=$PARTITION
+JUICE_TESTBED_SLURM_CONF=$SLURM_CONF
+JUICE_TESTBED_SLURM_USER=$SLURM_USER
+JUICE_TESTBED_SLURMRESTD_URL=http://127.0.0.1:$REST_PORT
+JUICE_TESTBED_TOKEN_FILE=$TB/slurm-token
+JUICE_TESTBED_PG_URL=postgres://juice@127.0.0.1:$PGPORT/postgres?sslmode=disable
+JUICE_TESTBED_SESSIONS_DIR=$JUICE_SESSIONS
+EOF
+	mv "$TB/env.new" "$TB/env"
+}
+
+# stop NAME: stop the daemon whose pid file this script keeps, and wait until it is gone.
+stop() {
+	local f=$RUN/$1.pid pid i
+	alive "$f" || { rm -f "$f"; return 0; }
+	pid=$(cat "$f")
+	log "stopping $1 (pid $pid)"
+	kill "$pid" 2>/dev/null || true
+	for i in $(seq 1 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+	rm -f "$f"
+}
+
+cmd_up() {
+	local t0=$SECONDS
+	install -d "$TB" "$RUN" "$LOG"
+	install_packages
+	start_munge
+	write_slurm_conf
+	start_slurm
+	refresh_token
+	start_slurmrestd
+	start_postgres
+	write_env
+	log "test bed up in $((SECONDS - t0))s; env file: $TB/env"
+}
+
+cmd_down() {
+	[ -d "$RUN" ] || { log "nothing to stop"; return 0; }
+	stop juice-controller
+	stop juice-sim
+	stop slurmrestd
+	stop slurmd
+	stop slurmctld
+	if alive "$RUN/postgres.pid"; then
+		log "stopping PostgreSQL"
+		setpriv --reuid=$PG_USER --regid=$PG_USER --clear-groups $PGBIN/pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null || stop postgres
+		rm -f "$RUN/postgres.pid"
+	fi
+	stop munged
+	log "test bed down"
+}
+
+cmd_status() {
+	local n
+	for n in munged slurmctld slurmd slurmrestd postgres juice-sim juice-controller; do
+		if alive "$RUN/$n.pid"; then echo "$n: running (pid $(cat "$RUN/$n.pid"))"; else echo "$n: stopped"; fi
+	done
+}
+
+# wire: load juice-slurm into the test bed's Slurm: the SPANK plugin through plugstack.conf.d, job_submit.lua,
+# and the slurmctld prolog/epilog hooks. Built artefacts come from the repository (make build).
+cmd_wire() {
+	[ -s "$REPO/spank/build/spank_juice.so" ] || die "spank/build/spank_juice.so is missing: run make build"
+	[ -x "$REPO/bin/juice-slurm" ] || die "bin/juice-slurm is missing: run make build"
+	install -d -m 0755 $JUICE_PREFIX $JUICE_ETC
+	install -d -o $SLURM_USER -g $SLURM_USER -m 0700 $JUICE_SESSIONS
+	# Replacing a loaded .so in place is unsafe: copy to a temporary name, then rename.
+	install -m 0755 "$REPO/spank/build/spank_juice.so" $JUICE_PREFIX/.spank_juice.so.new
+	mv $JUICE_PREFIX/.spank_juice.so.new $JUICE_PREFIX/spank_juice.so
+	install -m 0755 "$REPO/bin/juice-slurm" $JUICE_PREFIX/.juice-slurm.new
+	mv $JUICE_PREFIX/.juice-slurm.new $JUICE_PREFIX/juice-slurm
+	install -m 0755 "$REPO/hooks/juice-prolog.sh" "$REPO/hooks/juice-epilog.sh" $JUICE_PREFIX/
+	[ -s $JUICE_ETC/cluster.key ] || (umask 077 && openssl rand -hex 32 >$JUICE_ETC/cluster.key)
+	chown $SLURM_USER:$SLURM_USER $JUICE_ETC/cluster.key && chmod 0600 $JUICE_ETC/cluster.key
+	[ -s $JUICE_ETC/hook.secret ] || (umask 077 && openssl rand -hex 32 >$JUICE_ETC/hook.secret)
+	chown $SLURM_USER:$SLURM_USER $JUICE_ETC/hook.secret && chmod 0600 $JUICE_ETC/hook.secret
+	sed -e "s#^JUICE_SLURM_BIN=.*#JUICE_SLURM_BIN=$JUICE_PREFIX/juice-slurm#" \
+		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=\${JUICE_HOOK_URL:-http://127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}}#" \
+		"$REPO/hooks/juice-config.sh" >$JUICE_ETC/juice-config.sh
+	install -m 0644 "$REPO/hooks/job_submit.lua" /etc/slurm/job_submit.lua
+	echo "required $JUICE_PREFIX/spank_juice.so /usr/bin/juice $JUICE_SESSIONS key=$JUICE_ETC/cluster.key max_gpus=8 max_vram=80GiB" \
+		>$PLUGSTACK_ENTRY.new
+	mv $PLUGSTACK_ENTRY.new $PLUGSTACK_ENTRY
+	cat >$WIRING_CONF <<EOF
+# juice-slurm wiring: written by test/testbed.sh wire
+JobSubmitPlugins=lua
+PrologSlurmctld=$JUICE_PREFIX/juice-prolog.sh
+EpilogSlurmctld=$JUICE_PREFIX/juice-epilog.sh
+EOF
+	restart_slurm
+	log "wired: SPANK plugin, job_submit.lua, prolog and epilog"
+}
+
+cmd_unwire() {
+	rm -f $PLUGSTACK_ENTRY
+	echo "# juice-slurm wiring: written by test/testbed.sh wire" >$WIRING_CONF
+	restart_slurm
+	log "unwired"
+}
+
+# slurmctld reads JobSubmitPlugins and the prolog settings at start; slurmd loads plugstack at each step, but a
+# restart keeps both in one known state.
+restart_slurm() {
+	stop slurmd
+	stop slurmctld
+	start_slurm
+}
+
+case ${1:-} in
+up) cmd_up ;;
+down) cmd_down ;;
+status) cmd_status ;;
+wire) cmd_wire ;;
+unwire) cmd_unwire ;;
+*) echo "usage: $0 up|down|status|wire|unwire" >&2; exit 2 ;;
+esac

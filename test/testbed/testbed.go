@@ -1,0 +1,158 @@
+// Package testbed gives integration tests the project's real test bed: the Slurm cluster and PostgreSQL
+// server that test/testbed.sh starts. Tests call Require to get the environment and NewDatabase for a fresh
+// database of their own, so integration tests can run in parallel.
+//
+// When the test bed is not up, Require skips the test with a message, except under CI=true, where every
+// service is expected and a missing one fails the test.
+package testbed
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultEnvFile is where test/testbed.sh writes its env file; JUICE_TESTBED_ENV overrides it.
+const DefaultEnvFile = "/var/tmp/juice-testbed/env"
+
+// Env is the parsed env file.
+type Env struct {
+	Vars map[string]string
+}
+
+// Get returns one variable of the env file, or "" when it is absent.
+func (e Env) Get(name string) string { return e.Vars[name] }
+
+// Cluster, SlurmrestdURL, TokenFile, SlurmUser, Partition and PostgresURL name the values tests use most.
+func (e Env) Cluster() string       { return e.Vars["JUICE_TESTBED_CLUSTER"] }
+func (e Env) SlurmrestdURL() string { return e.Vars["JUICE_TESTBED_SLURMRESTD_URL"] }
+func (e Env) TokenFile() string     { return e.Vars["JUICE_TESTBED_TOKEN_FILE"] }
+func (e Env) SlurmUser() string     { return e.Vars["JUICE_TESTBED_SLURM_USER"] }
+func (e Env) Partition() string     { return e.Vars["JUICE_TESTBED_PARTITION"] }
+func (e Env) PostgresURL() string   { return e.Vars["JUICE_TESTBED_PG_URL"] }
+
+// Load reads an env file of KEY=VALUE lines.
+func Load(path string) (Env, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Env{}, fmt.Errorf("read test bed env file: %w", err)
+	}
+	defer f.Close()
+	env := Env{Vars: map[string]string{}}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return Env{}, fmt.Errorf("%s:%d: not KEY=VALUE: %q", path, n, line)
+		}
+		env.Vars[k] = v
+	}
+	return env, sc.Err()
+}
+
+// EnvFile is the env file in use: $JUICE_TESTBED_ENV or DefaultEnvFile.
+func EnvFile() string {
+	if p := os.Getenv("JUICE_TESTBED_ENV"); p != "" {
+		return p
+	}
+	return DefaultEnvFile
+}
+
+// InCI reports whether the tests run in CI, where every service must be there.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Unavailable skips the test, or fails it under CI=true, saying what is missing and how to bring it up.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...) + " (start it with: make testbed-up)"
+	if InCI() {
+		t.Fatalf("CI=true and a service is missing: %s", msg)
+	}
+	t.Skip(msg)
+}
+
+// Require returns the test bed's environment, or skips (fails in CI) when the test bed is not up.
+func Require(t testing.TB) Env {
+	t.Helper()
+	path := EnvFile()
+	env, err := Load(path)
+	if err != nil {
+		Unavailable(t, "test bed env file %s: %v", path, err)
+	}
+	return env
+}
+
+// NewDatabase creates an empty database of the test's own on the test bed's PostgreSQL server and drops it
+// when the test ends. It returns the database's URL.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	env := Require(t)
+	admin := env.PostgresURL()
+	if admin == "" {
+		Unavailable(t, "JUICE_TESTBED_PG_URL is not in %s", EnvFile())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		Unavailable(t, "connect to PostgreSQL at %s: %v", redact(admin), err)
+	}
+	defer conn.Close(ctx)
+	name := "juice_test_" + randomSuffix()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			t.Logf("drop database %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		// WITH (FORCE) ends connections a test forgot to close, so the drop never waits on them.
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatalf("parse PostgreSQL URL: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// Path returns a path inside the repository, for tests that need the repository's scripts or binaries.
+func (e Env) Path(rel string) string { return filepath.Join(e.Vars["JUICE_TESTBED_REPO"], rel) }
+
+func randomSuffix() string {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return u.Redacted()
+}
