@@ -1,0 +1,173 @@
+package reconcile
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The reservation state machine. Every reservation of a run moves only along these edges:
+//
+//	pending ──request──► requesting ──queued──► waiting ──active──► ready
+//	   │                     │                     │                  │
+//	   │ unwanted            │ unwanted / fail     │ unwanted / fail  │ unwanted / fail
+//	   ▼                     ▼                     ▼                  ▼
+//	released ◄──closed── releasing ◄──────────────┴──────────────────┘
+//	                         │
+//	                         └──closed, after a failure──► failed
+//
+// pending and requesting may also fail straight to failed when no session can exist yet (pending), or the
+// controller refused the request outright (requesting: no capacity ever, unknown pool).
+//
+// released and failed are final. A failure that holds a session passes through releasing, with FailReason
+// set, so a session is cancelled before the run is called failed: the prolog already treats such a run as
+// failed, and nothing is leaked on the way.
+type State string
+
+const (
+	StatePending    State = "pending"    // wanted; nothing asked of Juice yet
+	StateRequesting State = "requesting" // intent committed: a request with our key may be at the controller
+	StateWaiting    State = "waiting"    // the controller has a session for us, queued or assigned
+	StateReady      State = "ready"      // the session is active and its sealed file stored
+	StateReleasing  State = "releasing"  // the session must be cancelled
+	StateReleased   State = "released"   // done: the session was cancelled or never existed
+	StateFailed     State = "failed"     // the run could not be served; Reason says why
+)
+
+// States lists every state in the order of the happy path.
+var States = []State{StatePending, StateRequesting, StateWaiting, StateReady, StateReleasing, StateReleased, StateFailed}
+
+// Final reports whether nothing more happens to a reservation in this state.
+func (s State) Final() bool { return s == StateReleased || s == StateFailed }
+
+// An Event moves a reservation from one state to the next.
+type Event string
+
+const (
+	EventRequest  Event = "request"  // we are about to ask the controller (committed before we ask)
+	EventQueued   Event = "queued"   // the controller gave us a session id
+	EventActive   Event = "active"   // the session is active; its file is sealed
+	EventUnwanted Event = "unwanted" // the run no longer needs a session: ended, cancelled, vanished, requeued, held
+	EventFail     Event = "fail"     // the run cannot be served
+	EventClosed   Event = "closed"   // the session is cancelled or gone at the controller
+)
+
+// Reservation is one run's reservation, as stored in PostgreSQL.
+type Reservation struct {
+	// ID is also the idempotency key sent with every request to the controller for this reservation.
+	ID      uuid.UUID
+	Run     RunID
+	Request Request
+	// UserName and Partition are for people reading status.
+	UserName  string
+	Partition string
+
+	State State
+	// Reason says, for people, why the reservation is in its state.
+	Reason string
+	// FailReason is set once the run cannot be served; the reservation then ends in StateFailed.
+	FailReason string
+	// Wanted is the level the reconciler drives towards: does the run still need a session? The poller and
+	// the hooks set it from what Slurm says; the state machine never does.
+	Wanted bool
+	// Requested is set once a request with this reservation's key may have reached the controller, so that a
+	// release knows it must find and cancel a session even when it never learnt the session's id.
+	Requested bool
+
+	SessionID    string
+	AgentAddress string
+	// Sealed is the session file, sealed for this run under the cluster key.
+	Sealed []byte
+	// JobState is the Slurm state last seen, for people.
+	JobState string
+
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	ReadyAt   time.Time
+	// Version counts updates; a write based on an older version is refused, so two writers never interleave.
+	Version int64
+}
+
+// Failed reports whether the run is known not to be served: the prolog gives up on it at once.
+func (r *Reservation) Failed() bool { return r.State == StateFailed || r.FailReason != "" }
+
+// A Transition is one step of a reservation's history.
+type Transition struct {
+	From, To State
+	Event    Event
+	Reason   string
+	At       time.Time
+}
+
+// next is the transition table: from a state, the state each event leads to. An event missing here is not
+// allowed in that state.
+var next = map[State]map[Event]State{
+	StatePending: {
+		EventRequest:  StateRequesting,
+		EventUnwanted: StateReleased,
+		EventFail:     StateFailed,
+	},
+	StateRequesting: {
+		EventQueued:   StateWaiting,
+		EventUnwanted: StateReleasing,
+		EventFail:     StateReleasing,
+	},
+	StateWaiting: {
+		EventQueued:   StateWaiting,
+		EventActive:   StateReady,
+		EventUnwanted: StateReleasing,
+		EventFail:     StateReleasing,
+		EventClosed:   StateReleasing,
+	},
+	StateReady: {
+		EventUnwanted: StateReleasing,
+		EventFail:     StateReleasing,
+		EventClosed:   StateReleasing,
+	},
+	StateReleasing: {
+		EventClosed: StateReleased, // or StateFailed when FailReason is set: see Apply
+		// A failure learnt while releasing (the run could not be served after all) keeps releasing.
+		EventFail:     StateReleasing,
+		EventUnwanted: StateReleasing,
+	},
+}
+
+// Apply moves r along one edge of the state machine and returns the step taken. It changes only State, Reason,
+// FailReason and Requested; the caller stores the result. An event that is not allowed in r's state is an
+// error and changes nothing.
+func Apply(r *Reservation, ev Event, reason string, now time.Time) (Transition, error) {
+	to, ok := next[r.State][ev]
+	if !ok {
+		return Transition{}, fmt.Errorf("reservation %s of %s: event %q is not allowed in state %s", r.ID, r.Run, ev, r.State)
+	}
+	switch ev {
+	case EventRequest:
+		r.Requested = true
+	case EventFail:
+		if r.FailReason == "" {
+			r.FailReason = reason
+		}
+		// Nothing was ever asked of the controller: no session can exist, so the run fails at once.
+		if r.State == StatePending {
+			to = StateFailed
+		}
+	case EventClosed:
+		if r.State == StateReleasing && r.FailReason != "" {
+			to = StateFailed
+			if reason == "" {
+				reason = r.FailReason
+			}
+		}
+		// A session closed by the controller before we let it go means the run lost its GPUs.
+		if r.State == StateWaiting || r.State == StateReady {
+			if r.FailReason == "" {
+				r.FailReason = reason
+			}
+		}
+	}
+	t := Transition{From: r.State, To: to, Event: ev, Reason: reason, At: now}
+	r.State = to
+	r.Reason = reason
+	return t, nil
+}
