@@ -5,7 +5,7 @@ GO ?= go
 GOFLAGS ?=
 BIN := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/juice-slurm/juice-slurm/cmd/juice-slurm/app.Version=$(VERSION)
+LDFLAGS := -X main.Version=$(VERSION)
 STATICCHECK_VERSION := v0.8.2
 # Integration tests that talk to the test bed read its env file; see test/testbed/testbed.go.
 export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env

@@ -1,0 +1,220 @@
+package controller
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
+)
+
+// fakeSlurm is a scripted slurmrestd for the controller's tests: jobs the test sets, the update_time rule of
+// the real one (a listing with nothing changed since `since` is Unchanged), and counts of every call. The
+// real-Slurm path is tested end to end in test/e2e.
+type fakeSlurm struct {
+	mu      sync.Mutex
+	jobs    map[uint32]slurmrest.Job
+	changed time.Time
+	lists   int
+	gets    int
+	updates []slurmrest.JobUpdate
+}
+
+func newFakeSlurm() *fakeSlurm {
+	return &fakeSlurm{jobs: map[uint32]slurmrest.Job{}, changed: time.Now()}
+}
+
+func (f *fakeSlurm) touch() {
+	// The real listing has one-second resolution; a change always moves the clock forward.
+	f.changed = f.changed.Add(time.Second)
+}
+
+func (f *fakeSlurm) set(j slurmrest.Job) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.jobs[j.ID] = j
+	f.touch()
+}
+
+func (f *fakeSlurm) remove(id uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.jobs, id)
+	f.touch()
+}
+
+func (f *fakeSlurm) listCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
+}
+
+func (f *fakeSlurm) ListJobs(_ context.Context, since time.Time) (slurmrest.JobList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	if !since.IsZero() && !f.changed.After(since) {
+		return slurmrest.JobList{Unchanged: true, LastUpdate: since}, nil
+	}
+	l := slurmrest.JobList{LastUpdate: f.changed}
+	for _, j := range f.jobs {
+		l.Jobs = append(l.Jobs, j)
+	}
+	return l, nil
+}
+
+func (f *fakeSlurm) GetJob(_ context.Context, id uint32) (*slurmrest.Job, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gets++
+	j, ok := f.jobs[id]
+	if !ok {
+		return nil, slurmrest.ErrNotFound
+	}
+	return &j, nil
+}
+
+func (f *fakeSlurm) UpdateJob(_ context.Context, id uint32, u slurmrest.JobUpdate) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updates = append(f.updates, u)
+	j, ok := f.jobs[id]
+	if !ok {
+		return slurmrest.ErrNotFound
+	}
+	if u.BeginNow && j.StateReason == "BeginTime" {
+		j.StateReason = "None"
+		f.jobs[id] = j
+		f.touch()
+	}
+	return nil
+}
+
+func juiceJob(id uint32, run int, state slurmrest.JobState, req string) slurmrest.Job {
+	return slurmrest.Job{ID: id, Run: run, State: state, StateReason: "None", UserName: "alice", Partition: "debug",
+		AdminComment: req, Comment: req, Priority: 100, Batch: true, SubmitTime: time.Now()}
+}
+
+// harness is one test's world: a fresh database, an in-process simulator with one pool "test" of 2 agents with
+// 4 GPUs of 80 GiB, instant scheduling, and a scripted Slurm.
+type harness struct {
+	t     *testing.T
+	store *reconcile.PGStore
+	sim   *juicesim.Server
+	juice *juiceapi.HTTPClient
+	slurm *fakeSlurm
+	key   []byte
+	log   logr.Logger
+}
+
+const testToken = "m2m_controller_test_token"
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	url := testbed.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store := reconcile.NewPGStore(pool)
+	require.NoError(t, store.Migrate(context.Background()))
+	sim, err := juicesim.StartServer(juicesim.Config{Token: testToken,
+		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*juiceapi.GiB)}}, logr.Discard())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600))
+	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: sim.URL, TokenFile: tokenFile,
+		MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	return &harness{t: t, store: store, sim: sim, juice: juice, slurm: newFakeSlurm(),
+		key: []byte("0123456789abcdef0123456789abcdef"), log: testr.NewWithOptions(t, testr.Options{Verbosity: 0})}
+}
+
+func (h *harness) reconciler(juice juiceapi.Client) *Reconciler {
+	if juice == nil {
+		juice = h.juice
+	}
+	return &Reconciler{Store: h.store, Juice: juice, Key: h.key, Log: h.log, WaitPoll: 20 * time.Millisecond, ReadyCheck: time.Second}
+}
+
+// liveSessions are the simulator's sessions that still hold GPUs.
+func (h *harness) liveSessions() []juiceapi.Session {
+	var out []juiceapi.Session
+	for _, s := range h.sim.Sim.Sessions() {
+		if !s.Ended() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// startController runs a replica until the returned stop is called; crash=true leaves its lease to expire, as
+// kill -9 would.
+func (h *harness) startController(name string, cfg Config) (c *Controller, stop func(crash bool)) {
+	h.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(h.t, err)
+	cfg.Cluster = "c1"
+	cfg.Holder = name
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 100 * time.Millisecond
+	}
+	cfg.WaitPoll = 20 * time.Millisecond
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL, cfg.LeaseRenew = 2*time.Second, 300*time.Millisecond
+	}
+	if cfg.Lookahead == (reconcile.Lookahead{}) {
+		cfg.Lookahead = reconcile.DefaultLookahead
+	}
+	c = &Controller{Config: cfg, Store: h.store, Slurm: h.slurm, Juice: h.juice, Key: h.key,
+		Secret: []byte("hook-secret-for-tests"), Log: h.log.WithName(name), Listener: ln}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	var once sync.Once
+	stop = func(crash bool) {
+		once.Do(func() {
+			c.crashed.Store(crash)
+			cancel()
+			<-done
+		})
+	}
+	h.t.Cleanup(func() { stop(false) })
+	return c, stop
+}
+
+// eventually polls cond until it holds or the time is up.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (h *harness) stateOf(run reconcile.RunID) reconcile.State {
+	r, err := h.store.ForRun(context.Background(), run)
+	if err != nil {
+		return ""
+	}
+	return r.State
+}

@@ -1,0 +1,57 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestQueueDedupesAndRequeuesWhileProcessing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := NewQueue[string](ctx, 10*time.Millisecond, time.Second)
+	q.Add("a")
+	q.Add("a")
+	q.Add("b")
+	require.Equal(t, 2, q.Len(), "a key is queued once")
+	k, ok := q.Get()
+	require.True(t, ok)
+	require.Equal(t, "a", k)
+	q.Add("a") // while a is processed: remembered, not handed to another worker
+	k2, _ := q.Get()
+	require.Equal(t, "b", k2)
+	require.Equal(t, 0, q.Len())
+	q.Done("a")
+	require.Equal(t, 1, q.Len(), "a was added during processing, so it is queued again")
+	q.Done("b")
+}
+
+func TestQueueDelaysAndBackoff(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := NewQueue[string](ctx, 20*time.Millisecond, 80*time.Millisecond)
+	start := time.Now()
+	q.AddAfter("x", 50*time.Millisecond)
+	k, _ := q.Get()
+	require.Equal(t, "x", k)
+	require.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
+	q.Done("x")
+	for i := 0; i < 4; i++ {
+		q.AddRateLimited("x")
+	}
+	require.Equal(t, 4, q.Failures("x"))
+	q.Forget("x")
+	require.Equal(t, 0, q.Failures("x"))
+	for n, want := range []time.Duration{20, 40, 80, 80} {
+		d := Backoff(20*time.Millisecond, 80*time.Millisecond, n)
+		require.GreaterOrEqual(t, d, want*time.Millisecond)
+		require.LessOrEqual(t, d, want*time.Millisecond*6/5)
+	}
+	cancel()
+	_, ok := q.Get()
+	for ok {
+		_, ok = q.Get()
+	}
+}

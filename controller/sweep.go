@@ -1,0 +1,59 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"github.com/google/uuid"
+
+	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/reconcile"
+)
+
+// Sweep cancels sessions at the controller that carry one of our idempotency keys but belong to no live run:
+// the reservation of that key is final, or holds another session. Reservations already release their own
+// sessions; the sweep is the net under that, for a session that appeared after its reservation let go.
+//
+// Only sessions whose key names one of our reservations are touched: a key we do not know may belong to another
+// cluster's juice-slurm sharing the pool, so it is left alone. The legacy controller does not report keys; then
+// the sweep finds nothing, and the idempotent re-request in the releasing state is what finds the session.
+func Sweep(ctx context.Context, store reconcile.Store, juice juiceapi.Client, log logr.Logger) error {
+	agents, err := juice.ListAgents(ctx, "")
+	if err != nil {
+		return fmt.Errorf("sweep: list agents: %w", err)
+	}
+	cancelled := 0
+	for _, a := range agents {
+		for _, s := range a.Sessions {
+			if s.Ended() || s.IdempotencyKey == "" {
+				continue
+			}
+			key, err := uuid.Parse(s.IdempotencyKey)
+			if err != nil {
+				continue
+			}
+			r, err := store.Get(ctx, key)
+			if errors.Is(err, reconcile.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if !r.State.Final() && (r.SessionID == "" || r.SessionID == s.ID) {
+				continue
+			}
+			if err := juice.CancelSession(ctx, s.ID); err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
+				return fmt.Errorf("sweep: cancel session %s: %w", s.ID, err)
+			}
+			cancelled++
+			log.Info("cancelled a session that belongs to no live run", "session", s.ID, "reservation", r.ID,
+				"job", r.Run.JobID, "run", r.Run.Run, "state", r.State)
+		}
+	}
+	if cancelled > 0 {
+		log.Info("sweep done", "cancelled", cancelled)
+	}
+	return nil
+}
