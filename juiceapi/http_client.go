@@ -1,0 +1,248 @@
+package juiceapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/uuid"
+)
+
+// HTTPConfig configures HTTPClient. Zero values take the documented defaults.
+type HTTPConfig struct {
+	// BaseURL of the controller, e.g. "https://controller.juicelabs.co" or "http://127.0.0.1:7070".
+	BaseURL string
+	// TokenFile holds the M2M token (mode 0600 or stricter). It is re-read when it changes.
+	TokenFile string
+	// Timeout bounds one attempt (connect, send, answer). Default 10s.
+	Timeout time.Duration
+	// MaxAttempts bounds the tries of one call, the first included. Default 6. The caller's context
+	// bounds them too.
+	MaxAttempts int
+	// InitialBackoff is the wait before the second attempt; it doubles up to MaxBackoff, with jitter.
+	// Defaults 100ms and 3s.
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+	// Version is sent as the client version in session requests. Default "juice-slurm".
+	Version string
+	// HTTPClient, if set, is used as is (its Timeout should be zero: attempts have their own).
+	HTTPClient *http.Client
+	// Log receives retries at V(1). Default: discard.
+	Log logr.Logger
+}
+
+// Defaults of HTTPConfig.
+const (
+	DefaultTimeout        = 10 * time.Second
+	DefaultMaxAttempts    = 6
+	DefaultInitialBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff     = 3 * time.Second
+)
+
+// HTTPClient implements Client over the legacy REST model.
+type HTTPClient struct {
+	base    *url.URL
+	tokens  *tokenFile
+	hc      *http.Client
+	log     logr.Logger
+	timeout time.Duration
+	retry   backoff
+	version string
+}
+
+var _ Client = (*HTTPClient)(nil)
+
+// NewHTTPClient checks the configuration and reads the token file once, so a bad file fails at
+// start-up rather than at the first request.
+func NewHTTPClient(cfg HTTPConfig) (*HTTPClient, error) {
+	base, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("juice controller URL %q: want http(s)://host[:port][/path]", cfg.BaseURL)
+	}
+	tokens, err := newTokenFile(cfg.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("juice client: %w", err)
+	}
+	c := &HTTPClient{
+		base:    base,
+		tokens:  tokens,
+		hc:      cfg.HTTPClient,
+		log:     cfg.Log,
+		timeout: cfg.Timeout,
+		retry: backoff{
+			attempts: cfg.MaxAttempts,
+			initial:  cfg.InitialBackoff,
+			max:      cfg.MaxBackoff,
+		},
+		version: cfg.Version,
+	}
+	if c.log.GetSink() == nil {
+		c.log = logr.Discard()
+	}
+	if c.hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 32 // one controller host: keep connections instead of redialling
+		c.hc = &http.Client{Transport: tr}
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultTimeout
+	}
+	if c.retry.attempts <= 0 {
+		c.retry.attempts = DefaultMaxAttempts
+	}
+	if c.retry.initial <= 0 {
+		c.retry.initial = DefaultInitialBackoff
+	}
+	if c.retry.max <= 0 {
+		c.retry.max = DefaultMaxBackoff
+	}
+	if c.version == "" {
+		c.version = "juice-slurm"
+	}
+	if base.Scheme == "http" && !isLoopback(base.Hostname()) {
+		c.log.Info("WARNING: the M2M token is sent over plain http", "url", base.Redacted())
+	}
+	return c, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// RequestSession posts the requirements with the key as Idempotency-Key. Retrying the POST is safe
+// only because of that key: a controller that honours it answers a repeat with the same id.
+func (c *HTTPClient) RequestSession(ctx context.Context, key uuid.UUID, req SessionRequest) (string, error) {
+	if err := validateRequest(req); err != nil {
+		return "", fmt.Errorf("request session in pool %q: %w", req.PoolID, err)
+	}
+	if key == uuid.Nil {
+		return "", fmt.Errorf("request session in pool %q: the idempotency key is the nil UUID", req.PoolID)
+	}
+	body, err := json.Marshal(req.Requirements(c.version))
+	if err != nil {
+		return "", fmt.Errorf("request session in pool %q: %w", req.PoolID, err)
+	}
+	var id string
+	err = c.do(ctx, call{
+		method: http.MethodPost, path: "/v1/request/session", body: body, key: key.String(),
+		decode: func(ct string, b []byte) error {
+			// The legacy answer is the bare id as text/plain. Accept any id-like text (the
+			// production API may not use UUIDs), but not an HTML page or a JSON document.
+			id = strings.TrimSpace(string(b))
+			if err := checkID(id); err != nil || strings.ContainsAny(id, " \t\n\"{}<>") || len(id) > 128 {
+				return fmt.Errorf("session id %q does not look like an id", truncate(id, 80))
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return "", fmt.Errorf("request session in pool %q (key %s): %w", req.PoolID, key, err)
+	}
+	return id, nil
+}
+
+func validateRequest(req SessionRequest) error {
+	switch {
+	case req.PoolID == "":
+		return errors.New("no pool given")
+	case req.GPUs < 1:
+		return fmt.Errorf("GPU count %d: want at least 1", req.GPUs)
+	case req.GPUs > 1024:
+		return fmt.Errorf("GPU count %d: too many", req.GPUs)
+	}
+	return nil
+}
+
+// GetSession fetches one session.
+func (c *HTTPClient) GetSession(ctx context.Context, id string) (*Session, error) {
+	if err := checkID(id); err != nil {
+		return nil, fmt.Errorf("get session: %w", err)
+	}
+	var s Session
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/session/" + url.PathEscape(id), decode: jsonInto(&s)}); err != nil {
+		return nil, fmt.Errorf("get session %s: %w", id, err)
+	}
+	return &s, nil
+}
+
+// CancelSession deletes a session. DELETE is idempotent, so it is retried; a session that is
+// already canceling or closed counts as cancelled.
+func (c *HTTPClient) CancelSession(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("cancel session: %w", err)
+	}
+	err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/session/" + url.PathEscape(id),
+		decode: func(ct string, b []byte) error {
+			var msg string // the legacy answer is a JSON string, "Session <id> cancelled"
+			if json.Unmarshal(b, &msg) != nil && len(bytes.TrimSpace(b)) != 0 {
+				return fmt.Errorf("answer %q is not a JSON string", truncate(string(b), 80))
+			}
+			return nil
+		}})
+	var ae *APIError
+	if errors.As(err, &ae) && alreadyEnded(ae.Message) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cancel session %s: %w", id, err)
+	}
+	return nil
+}
+
+// alreadyEnded recognises a controller that refuses to cancel an ended session.
+func alreadyEnded(text string) bool {
+	lower := strings.ToLower(text)
+	return strings.Contains(lower, "already closed") || strings.Contains(lower, "already cancel")
+}
+
+// ListAgents lists a pool's agents (all agents when poolID is empty).
+func (c *HTTPClient) ListAgents(ctx context.Context, poolID string) ([]Agent, error) {
+	path := "/v1/agents"
+	if poolID != "" {
+		path += "?pool_id=" + url.QueryEscape(poolID)
+	}
+	var agents []Agent
+	if err := c.do(ctx, call{method: http.MethodGet, path: path, decode: jsonInto(&agents)}); err != nil {
+		return nil, fmt.Errorf("list agents of pool %q: %w", poolID, err)
+	}
+	return agents, nil
+}
+
+// Status calls GET /v1/status, the documented token check.
+func (c *HTTPClient) Status(ctx context.Context) (*Status, error) {
+	var st Status
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/status", decode: jsonInto(&st)}); err != nil {
+		return nil, fmt.Errorf("juice controller status: %w", err)
+	}
+	return &st, nil
+}
+
+func jsonInto(v any) func(string, []byte) error {
+	return func(_ string, b []byte) error { return json.Unmarshal(b, v) }
+}
+
+func checkID(id string) error {
+	if id == "" || strings.ContainsAny(id, "/?#") {
+		return fmt.Errorf("invalid session id %q", truncate(id, 80))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
