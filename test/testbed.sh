@@ -176,6 +176,11 @@ start_slurm() {
 		log "starting slurmd"
 		slurmd
 	fi
+	# A node drained by an earlier run (a failed batch step drains it) would leave every later job pending.
+	if sinfo -h -o %T | grep -Eq 'drain'; then
+		log "resuming the drained node ($(sinfo -h -R -o '%E' | head -1))"
+		scontrol update nodename="$(hostname -s)" state=resume || true
+	fi
 	wait_for "the node to be idle" 60 sh -c "sinfo -h -o %T | grep -Eq '^(idle|mixed|allocated)'"
 }
 
@@ -323,7 +328,8 @@ cmd_wire() {
 	[ -s $JUICE_ETC/hook.secret ] || (umask 077 && openssl rand -hex 32 >$JUICE_ETC/hook.secret)
 	chown $SLURM_USER:$SLURM_USER $JUICE_ETC/hook.secret && chmod 0600 $JUICE_ETC/hook.secret
 	sed -e "s#^JUICE_SLURM_BIN=.*#JUICE_SLURM_BIN=$JUICE_PREFIX/juice-slurm#" \
-		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=\${JUICE_HOOK_URL:-http://127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}}#" \
+		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=http://127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}#" \
+		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
 		"$REPO/hooks/juice-config.sh" >$JUICE_ETC/juice-config.sh
 	install -m 0644 "$REPO/hooks/job_submit.lua" /etc/slurm/job_submit.lua
 	echo "required $JUICE_PREFIX/spank_juice.so /usr/bin/juice $JUICE_SESSIONS key=$JUICE_ETC/cluster.key max_gpus=8 max_vram=80GiB" \

@@ -101,41 +101,55 @@ func Require(t testing.TB) Env {
 func NewDatabase(t testing.TB) string {
 	t.Helper()
 	env := Require(t)
-	admin := env.PostgresURL()
-	if admin == "" {
+	if env.PostgresURL() == "" {
 		Unavailable(t, "JUICE_TESTBED_PG_URL is not in %s", EnvFile())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	url, drop, err := CreateDatabase(context.Background(), env)
+	if err != nil {
+		Unavailable(t, "%v", err)
+	}
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Logf("%v", err)
+		}
+	})
+	return url
+}
+
+// CreateDatabase creates an empty database with a random name and returns its URL and a function that drops it.
+func CreateDatabase(ctx context.Context, env Env) (string, func() error, error) {
+	admin := env.PostgresURL()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		Unavailable(t, "connect to PostgreSQL at %s: %v", redact(admin), err)
+		return "", nil, fmt.Errorf("connect to PostgreSQL at %s: %w", redact(admin), err)
 	}
 	defer conn.Close(ctx)
 	name := "juice_test_" + randomSuffix()
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
+		return "", nil, fmt.Errorf("create database %s: %w", name, err)
 	}
-	t.Cleanup(func() {
+	drop := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		c, err := pgx.Connect(ctx, admin)
 		if err != nil {
-			t.Logf("drop database %s: %v", name, err)
-			return
+			return fmt.Errorf("drop database %s: %w", name, err)
 		}
 		defer c.Close(ctx)
 		// WITH (FORCE) ends connections a test forgot to close, so the drop never waits on them.
 		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Logf("drop database %s: %v", name, err)
+			return fmt.Errorf("drop database %s: %w", name, err)
 		}
-	})
+		return nil
+	}
 	u, err := url.Parse(admin)
 	if err != nil {
-		t.Fatalf("parse PostgreSQL URL: %v", err)
+		return "", nil, fmt.Errorf("parse PostgreSQL URL: %w", err)
 	}
 	u.Path = "/" + name
-	return u.String()
+	return u.String(), drop, nil
 }
 
 // Path returns a path inside the repository, for tests that need the repository's scripts or binaries.

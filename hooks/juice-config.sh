@@ -1,0 +1,20 @@
+# juice-slurm hook settings, read by juice-prolog.sh and juice-epilog.sh on the slurmctld host.
+# Install as /etc/juice-slurm/juice-config.sh (root-owned, mode 0644: it holds paths, not secrets).
+# Each JUICE_* variable below is also read by `juice-slurm hook` itself (its flags, upper-cased).
+
+# The juice-slurm binary (absolute: slurmctld runs the hooks with no PATH).
+JUICE_SLURM_BIN=/usr/local/lib/juice-slurm/juice-slurm
+# The controller's hook API (any replica).
+JUICE_HOOK_URL=http://127.0.0.1:7171
+# The hook secret: a file owned by SlurmUser, mode 0600.
+JUICE_HOOK_SECRET=/etc/juice-slurm/hook.secret
+# The shared state directory where the prolog writes session files (the SPANK plugin's second argument).
+JUICE_STATE_DIR=/var/spool/juice-slurm/sessions
+# How long the prolog waits for a session before it fails (and Slurm requeues a batch job). Keep it well
+# below srun's give-up time, (SuspendTimeout+ResumeTimeout)*5 = 450 s by default, and below
+# PrologEpilogTimeout if you set one.
+JUICE_PROLOG_WAIT=240s
+# How long the epilog waits for the release to be confirmed.
+JUICE_EPILOG_WAIT=15s
+
+export JUICE_HOOK_URL JUICE_HOOK_SECRET JUICE_STATE_DIR JUICE_PROLOG_WAIT JUICE_EPILOG_WAIT

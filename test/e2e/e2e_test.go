@@ -1,0 +1,351 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+)
+
+// sh runs a command with a bound, returning its combined output and exit code.
+func sh(t *testing.T, within time.Duration, name string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	c := exec.CommandContext(ctx, name, args...)
+	c.Dir = os.TempDir()
+	// Never SLURM_JWT: srun would switch to auth/jwt (see the notes on Slurm).
+	c.Env = append(os.Environ(), "SLURM_JWT=")
+	out, err := c.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("%s %s: still running after %s:\n%s", name, strings.Join(args, " "), within, out)
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	case err != nil:
+		t.Fatalf("%s: %v", name, err)
+	}
+	return string(out), 0
+}
+
+func store(t *testing.T) *reconcile.PGStore {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), world.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return reconcile.NewPGStore(pool)
+}
+
+func run(job uint32, r int) reconcile.RunID {
+	return reconcile.RunID{Cluster: world.env.Cluster(), JobID: job, Run: r}
+}
+
+func stateOf(t *testing.T, s *reconcile.PGStore, id reconcile.RunID) reconcile.State {
+	r, err := s.ForRun(context.Background(), id)
+	if err != nil {
+		return ""
+	}
+	return r.State
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func getJob(t *testing.T, id uint32) *slurmrest.Job {
+	t.Helper()
+	j, err := world.slurm.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	return j
+}
+
+func waitJobDone(t *testing.T, id uint32, within time.Duration) *slurmrest.Job {
+	t.Helper()
+	var j *slurmrest.Job
+	waitFor(t, within, fmt.Sprintf("job %d finishes", id), func() bool {
+		j = getJob(t, id)
+		return j.State.IsFinished()
+	})
+	return j
+}
+
+func sbatch(t *testing.T, args ...string) uint32 {
+	t.Helper()
+	out, code := sh(t, 30*time.Second, "sbatch", append([]string{"--parsable"}, args...)...)
+	require.Equal(t, 0, code, "sbatch %v: %s", args, out)
+	id, err := strconv.ParseUint(strings.TrimSpace(strings.Split(out, ";")[0]), 10, 32)
+	require.NoError(t, err, out)
+	return uint32(id)
+}
+
+func jobIDFrom(t *testing.T, out string) uint32 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^SLURM_JOB_ID=(\d+)$`).FindStringSubmatch(out)
+	require.NotNil(t, m, "no SLURM_JOB_ID in:\n%s", out)
+	id, _ := strconv.ParseUint(m[1], 10, 32)
+	return uint32(id)
+}
+
+// noLiveSession asserts that the simulator holds no session for the job's runs.
+func noLiveSession(t *testing.T, s *reconcile.PGStore, job uint32) {
+	t.Helper()
+	rs, err := s.ForJob(context.Background(), world.env.Cluster(), job)
+	require.NoError(t, err)
+	ours := map[string]bool{}
+	for _, r := range rs {
+		ours[r.ID.String()] = true
+	}
+	waitFor(t, 15*time.Second, fmt.Sprintf("job %d's sessions are all closed", job), func() bool {
+		for _, ss := range simSessions(t) {
+			if ours[ss.IdempotencyKey] && !ss.Ended() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestOptionsListedInHelp(t *testing.T) {
+	for _, cmd := range []string{"srun", "sbatch", "salloc"} {
+		out, _ := sh(t, 20*time.Second, cmd, "--help")
+		for _, opt := range []string{"--juice-pool", "--juice-gpu-count", "--juice-vram"} {
+			require.Contains(t, out, opt, "%s --help", cmd)
+		}
+	}
+}
+
+// Each bad value is refused at the prompt with a message naming it, and no job is created.
+func TestBadValuesAreRefusedBeforeSubmission(t *testing.T) {
+	for i, tc := range []struct {
+		cmd  string
+		args []string
+		msg  string
+	}{
+		{"srun", []string{"--juice-pool=test", "--juice-gpu-count=0"}, `"0"`},
+		{"srun", []string{"--juice-pool=test", "--juice-gpu-count=-2"}, `"-2"`},
+		{"srun", []string{"--juice-pool=test", "--juice-gpu-count=two"}, `"two"`},
+		{"srun", []string{"--juice-pool=test", "--juice-gpu-count=99"}, `"99"`},
+		{"srun", []string{"--juice-pool=te st"}, `"te st"`},
+		{"srun", []string{"--juice-pool=test", "--juice-vram=0"}, `"0"`},
+		{"srun", []string{"--juice-pool=test", "--juice-vram=500GiB"}, `"500GiB"`},
+		{"srun", []string{"--juice-pool=test", "--juice-vram=1.5xyz"}, `"1.5xyz"`},
+		{"srun", []string{"--juice-pool=test", "--juice-gpu-count=2", "--juice-vram=1"}, "juice-vram"},
+		{"srun", []string{"--juice-gpu-count=2"}, "juice-pool"},
+		{"sbatch", []string{"--juice-pool=test", "--juice-gpu-count=0", "--wrap=true"}, `"0"`},
+		{"salloc", []string{"--juice-pool=test", "--juice-vram=-1", "true"}, `"-1"`},
+	} {
+		name := fmt.Sprintf("e2e-bad-%d-%d", time.Now().UnixNano()%1e6, i)
+		args := append([]string{"--job-name=" + name}, tc.args...)
+		if tc.cmd == "srun" {
+			args = append(args, "true")
+		}
+		out, code := sh(t, 30*time.Second, tc.cmd, args...)
+		require.NotEqual(t, 0, code, "%s %v was accepted:\n%s", tc.cmd, tc.args, out)
+		require.Contains(t, out, "juice", "%s %v", tc.cmd, tc.args)
+		require.Contains(t, out, tc.msg, "%s %v: the message names the value", tc.cmd, tc.args)
+		q, _ := sh(t, 10*time.Second, "squeue", "-h", "--states=all", "-n", name, "-o", "%i")
+		require.Empty(t, strings.TrimSpace(q), "%s %v created a job", tc.cmd, tc.args)
+	}
+}
+
+// srun with two GPUs: the job's tasks see their session, and the session is released when the job ends.
+func TestSrunGetsTwoGPUs(t *testing.T) {
+	s := store(t)
+	out, code := sh(t, 90*time.Second, "srun", "--juice-pool=test", "--juice-gpu-count=2", "env")
+	require.Equal(t, 0, code, out)
+	job := jobIDFrom(t, out)
+	require.Contains(t, out, "JUICE_GPU_COUNT=2")
+	require.Contains(t, out, "JUICE_POOL=test")
+	require.Regexp(t, `(?m)^JUICE_SESSION_ID=[0-9a-f-]{36}$`, out)
+	require.Regexp(t, `(?m)^JUICE_CFG_OVERRIDE=\{"id":`, out)
+	require.Contains(t, out, "JUICE_BIN=")
+	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+	noLiveSession(t, s, job)
+}
+
+// The acceptance case: sbatch with a VRAM slice writes the session environment into its output file.
+func TestSbatchVRAMSliceWritesSessionEnv(t *testing.T) {
+	s := store(t)
+	outFile := filepath.Join(world.dir, "sbatch-vram.out")
+	job := sbatch(t, "--juice-pool=test", "--juice-vram=1.5", "-o", outFile, "--wrap", "env")
+	j := waitJobDone(t, job, 90*time.Second)
+	require.Equal(t, slurmrest.StateCompleted, j.State)
+	require.Equal(t, "juice:v1:pool=test,gpus=1,vram=1610612736", j.AdminComment)
+	b, err := os.ReadFile(outFile)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "JUICE_VRAM=1610612736")
+	require.Regexp(t, `(?m)^JUICE_SESSION_ID=[0-9a-f-]{36}$`, string(b))
+	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+	noLiveSession(t, s, job)
+}
+
+func TestSallocGetsItsSession(t *testing.T) {
+	s := store(t)
+	out, code := sh(t, 90*time.Second, "salloc", "--juice-pool=test", "--juice-gpu-count=1", "srun", "env")
+	require.Equal(t, 0, code, out)
+	job := jobIDFrom(t, out)
+	require.Contains(t, out, "JUICE_GPU_COUNT=1")
+	require.Regexp(t, `(?m)^JUICE_SESSION_ID=[0-9a-f-]{36}$`, out)
+	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+	noLiveSession(t, s, job)
+}
+
+// A user who types the request into --comment gets nothing: only admin_comment, written by job_submit.lua from
+// the plugin's options, is trusted.
+func TestForgedCommentIsIgnored(t *testing.T) {
+	s := store(t)
+	outFile := filepath.Join(world.dir, "forged.out")
+	job := sbatch(t, "--comment=juice:v1:pool=test,gpus=1", "-o", outFile, "--wrap", "env")
+	j := waitJobDone(t, job, 60*time.Second)
+	require.Equal(t, slurmrest.StateCompleted, j.State)
+	require.Empty(t, j.AdminComment)
+	b, _ := os.ReadFile(outFile)
+	require.NotContains(t, string(b), "JUICE_SESSION_ID")
+	rs, err := s.ForJob(context.Background(), world.env.Cluster(), job)
+	require.NoError(t, err)
+	require.Empty(t, rs)
+}
+
+// While PENDING the request is visible through slurmrestd; a job cancelled while pending has its session
+// released.
+func TestPendingRequestVisibleAndCancelReleases(t *testing.T) {
+	s := store(t)
+	// A blocker takes the whole node, so the Juice job waits for Resources: eligible, and so reserved ahead.
+	blocker := sbatch(t, "--exclusive", "-o", "/dev/null", "--wrap", "sleep 120")
+	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(blocker)))
+	waitFor(t, 30*time.Second, "the blocker runs", func() bool { return getJob(t, blocker).State == slurmrest.StateRunning })
+	job := sbatch(t, "--exclusive", "--juice-pool=test", "--juice-gpu-count=2", "-o", "/dev/null", "--wrap", "true")
+	j := getJob(t, job)
+	require.Equal(t, slurmrest.StatePending, j.State)
+	require.Equal(t, "juice:v1:pool=test,gpus=2", j.AdminComment)
+	require.Equal(t, "juice:v1:pool=test,gpus=2", j.Comment, "the comment carries the request when the user gave none")
+	waitFor(t, 30*time.Second, "reserved while pending", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReady })
+	_, code := sh(t, 10*time.Second, "scancel", strconv.Itoa(int(job)))
+	require.Equal(t, 0, code)
+	waitFor(t, 30*time.Second, "released after the cancel", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+	noLiveSession(t, s, job)
+}
+
+// A batch job whose pool is full is requeued by the failing prolog, and served once capacity frees.
+func TestPoolFullBatchJobIsRequeuedThenServed(t *testing.T) {
+	s := store(t)
+	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 25")
+	waitFor(t, 60*time.Second, "the holder has the pool's only GPU", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
+	outFile := filepath.Join(world.dir, "poolfull.out")
+	job := sbatch(t, "--juice-pool=small", "-o", outFile, "--wrap", "env")
+	waitFor(t, 90*time.Second, "the job is requeued", func() bool { return getJob(t, job).Run >= 1 })
+	j := waitJobDone(t, job, 4*time.Minute)
+	require.Equal(t, slurmrest.StateCompleted, j.State)
+	b, err := os.ReadFile(outFile)
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^JUICE_SESSION_ID=[0-9a-f-]{36}$`, string(b))
+	r0, err := s.ForRun(context.Background(), run(job, 0))
+	require.NoError(t, err)
+	require.Contains(t, []reconcile.State{reconcile.StateReleased, reconcile.StateFailed}, r0.State)
+	noLiveSession(t, s, job)
+	noLiveSession(t, s, holder)
+}
+
+// srun when the pool stays full: a clear failure, and no allocation left running.
+func TestSrunPoolStaysFull(t *testing.T) {
+	s := store(t)
+	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 60")
+	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
+	waitFor(t, 60*time.Second, "the holder runs", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
+	name := fmt.Sprintf("e2e-full-%d", time.Now().UnixNano()%1e6)
+	out, code := sh(t, 120*time.Second, "srun", "--job-name="+name, "--juice-pool=small", "true")
+	require.NotEqual(t, 0, code, out)
+	require.Contains(t, out, "PrologSlurmctld failed")
+	q, _ := sh(t, 10*time.Second, "squeue", "-h", "--states=all", "-n", name, "-o", "%i %T")
+	fields := strings.Fields(q)
+	require.Len(t, fields, 2, q)
+	require.NotEqual(t, "RUNNING", fields[1], "the allocation leaked")
+	id, _ := strconv.ParseUint(fields[0], 10, 32)
+	waitFor(t, 30*time.Second, "its reservation ends", func() bool { return stateOf(t, s, run(uint32(id), 0)).Final() })
+	noLiveSession(t, s, uint32(id))
+}
+
+func TestTimeLimitReleases(t *testing.T) {
+	s := store(t)
+	job := sbatch(t, "--time=1", "--juice-pool=test", "-o", "/dev/null", "--wrap", "sleep 300")
+	waitFor(t, 60*time.Second, "ready", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReady })
+	j := waitJobDone(t, job, 3*time.Minute)
+	require.Equal(t, slurmrest.StateTimeout, j.State)
+	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+	noLiveSession(t, s, job)
+}
+
+func TestRequeueGetsANewSession(t *testing.T) {
+	s := store(t)
+	job := sbatch(t, "--requeue", "--juice-pool=test", "-o", "/dev/null", "--wrap", "sleep 20")
+	waitFor(t, 60*time.Second, "run 0 runs", func() bool {
+		return getJob(t, job).State == slurmrest.StateRunning && stateOf(t, s, run(job, 0)) == reconcile.StateReady
+	})
+	r0, _ := s.ForRun(context.Background(), run(job, 0))
+	out, code := sh(t, 10*time.Second, "scontrol", "requeue", strconv.Itoa(int(job)))
+	require.Equal(t, 0, code, out)
+	waitFor(t, 3*time.Minute, "run 1 ready and run 0 released", func() bool {
+		return stateOf(t, s, run(job, 0)) == reconcile.StateReleased && stateOf(t, s, run(job, 1)) == reconcile.StateReady
+	})
+	r1, _ := s.ForRun(context.Background(), run(job, 1))
+	require.NotEqual(t, r0.SessionID, r1.SessionID)
+	_, _ = sh(t, 10*time.Second, "scancel", strconv.Itoa(int(job)))
+	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 1)) == reconcile.StateReleased })
+	noLiveSession(t, s, job)
+}
+
+// The controller killed with -9 in the middle of a job, then started again: nothing is lost.
+func TestControllerRestartMidJob(t *testing.T) {
+	s := store(t)
+	outFile := filepath.Join(world.dir, "restart.out")
+	job := sbatch(t, "--juice-pool=test", "-o", outFile, "--wrap", "env; sleep 10")
+	waitFor(t, 60*time.Second, "running with its session", func() bool {
+		return getJob(t, job).State == slurmrest.StateRunning && stateOf(t, s, run(job, 0)) == reconcile.StateReady
+	})
+	require.NoError(t, world.controller.Process.Signal(syscall.SIGKILL))
+	_, _ = world.controller.Process.Wait()
+	time.Sleep(2 * time.Second)
+	require.NoError(t, startController())
+	j := waitJobDone(t, job, 90*time.Second)
+	require.Equal(t, slurmrest.StateCompleted, j.State)
+	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+	noLiveSession(t, s, job)
+}
+
+// Last: no session anywhere is left open once every job is done.
+func TestZZNoLeakedSessions(t *testing.T) {
+	s := store(t)
+	open, err := s.Open(context.Background())
+	require.NoError(t, err)
+	waitFor(t, 60*time.Second, "every reservation is final", func() bool {
+		open, err = s.Open(context.Background())
+		return err == nil && len(open) == 0
+	})
+	for _, ss := range simSessions(t) {
+		require.True(t, ss.Ended(), "session %s (%s) leaked", ss.ID, ss.State)
+	}
+}

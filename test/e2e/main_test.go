@@ -1,0 +1,236 @@
+//go:build e2e
+
+// Package e2e tests juice-slurm as its users meet it: real srun, sbatch and salloc on the test bed's Slurm
+// cluster with the SPANK plugin, job_submit.lua and the prolog/epilog hooks wired in (make testbed-wire), the
+// juice-slurm controller and juice-sim running as processes, and PostgreSQL.
+//
+//	make test-e2e     (brings the test bed up and wires it first)
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
+)
+
+const (
+	simAddr  = "127.0.0.1:7070"
+	hookAddr = "127.0.0.1:7171"
+	simToken = "m2m_e2e_token_not_secret"
+)
+
+// world is what every test shares: the processes TestMain started.
+var world struct {
+	env        testbed.Env
+	dir        string
+	dbURL      string
+	simToken   string
+	controller *exec.Cmd
+	ctlLog     string
+	slurm      *slurmrest.Client
+	repo       string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runAll(m))
+}
+
+func runAll(m *testing.M) int {
+	env, err := testbed.Load(testbed.EnvFile())
+	if err != nil {
+		return fail("the test bed is not up (make testbed-up): %v", err)
+	}
+	world.env = env
+	world.repo = env.Get("JUICE_TESTBED_REPO")
+	if _, err := os.Stat("/etc/slurm/plugstack.conf.d/juice.conf"); err != nil {
+		return fail("the test bed is not wired (make testbed-wire): %v", err)
+	}
+	dir, err := os.MkdirTemp("", "juice-e2e-")
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer os.RemoveAll(dir)
+	world.dir = dir
+	ctx := context.Background()
+	url, drop, err := testbed.CreateDatabase(ctx, env)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer drop()
+	world.dbURL = url
+
+	// The demo may have left its own simulator and controller on these ports: they are the test bed's, stop
+	// them by their pid files.
+	for _, name := range []string{"juice-controller", "juice-sim"} {
+		stopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
+	}
+
+	world.simToken = filepath.Join(dir, "juice.token")
+	must(os.WriteFile(world.simToken, []byte(simToken+"\n"), 0o600))
+	simCfg := filepath.Join(dir, "sim.json")
+	// Pool "test" is roomy; pool "small" has one GPU, to fill it on purpose.
+	must(os.WriteFile(simCfg, []byte(`{"tick": "100ms", "activateDelay": "200ms", "cancelDelay": "100ms",
+		"pools": [{"id": "test", "agents": [{"count": 2, "gpus": 4, "vram": "80GiB"}]},
+		          {"id": "small", "agents": [{"gpus": 1, "vram": "16GiB"}]}]}`), 0o644))
+	sim := exec.Command(filepath.Join(world.repo, "bin/juice-sim"), "--listen", simAddr, "--token-file", world.simToken,
+		"--config", simCfg, "--log-format", "json")
+	simLog := filepath.Join(dir, "juice-sim.log")
+	if err := startLogged(sim, simLog); err != nil {
+		return fail("start juice-sim: %v", err)
+	}
+	defer stopProcess(sim)
+	if err := waitHTTP("http://"+simAddr+"/healthz", 20*time.Second); err != nil {
+		return fail("juice-sim: %v\n%s", err, tail(simLog))
+	}
+
+	world.ctlLog = filepath.Join(dir, "controller.log")
+	if err := startController(); err != nil {
+		return fail("start the controller: %v", err)
+	}
+	defer func() { stopProcess(world.controller) }()
+
+	tok := slurmrest.FileToken(env.TokenFile())
+	world.slurm, err = slurmrest.New(slurmrest.Config{BaseURL: env.SlurmrestdURL(), UserName: env.SlurmUser(), TokenSource: tok})
+	if err != nil {
+		return fail("%v", err)
+	}
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "--- controller log (last lines) ---\n%s\n--- juice-sim log ---\n%s\n", tail(world.ctlLog), tail(simLog))
+	}
+	return code
+}
+
+// startController starts (or restarts) the controller process, appending to its log.
+func startController() error {
+	secret := "/etc/juice-slurm/hook.secret"
+	c := exec.Command(filepath.Join(world.repo, "bin/juice-slurm"), "controller",
+		"--cluster", world.env.Cluster(), "--database-url", world.dbURL,
+		"--slurmrestd-url", world.env.SlurmrestdURL(), "--slurm-user", world.env.SlurmUser(),
+		"--slurm-token-file", world.env.TokenFile(),
+		"--juice-url", "http://"+simAddr, "--juice-token-file", world.simToken,
+		"--cluster-key", "/etc/juice-slurm/cluster.key", "--hook-secret", secret, "--hook-listen", hookAddr,
+		"--poll-interval", "500ms", "--session-poll", "100ms", "--lease-ttl", "3s", "--sweep-interval", "10s",
+		"--log-format", "json")
+	if err := startLogged(c, world.ctlLog); err != nil {
+		return err
+	}
+	world.controller = c
+	if err := waitHTTP("http://"+hookAddr+"/readyz", 60*time.Second); err != nil {
+		return fmt.Errorf("%v\n%s", err, tail(world.ctlLog))
+	}
+	return nil
+}
+
+func startLogged(c *exec.Cmd, logPath string) error {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	c.Stdout, c.Stderr = f, f
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return c.Start()
+}
+
+func stopProcess(c *exec.Cmd) {
+	if c == nil || c.Process == nil {
+		return
+	}
+	_ = c.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _, _ = c.Process.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = c.Process.Kill()
+		<-done
+	}
+}
+
+func stopPidFile(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return
+	}
+	if syscall.Kill(pid, syscall.SIGTERM) == nil {
+		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	_ = os.Remove(path)
+}
+
+func waitHTTP(url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s: %v", url, within, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func fail(format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "e2e: "+format+"\n", args...)
+	return 1
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// simSessions lists every session the simulator knows, closed ones included.
+func simSessions(t *testing.T) []juiceapi.Session {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+simAddr+"/admin/sessions", nil)
+	req.Header.Set("Authorization", "Bearer "+simToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("list simulator sessions: %v", err)
+	}
+	defer resp.Body.Close()
+	var out []juiceapi.Session
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("list simulator sessions: %v", err)
+	}
+	return out
+}
