@@ -75,6 +75,9 @@ install_packages() {
 	command -v jq >/dev/null || need+=(jq)
 	command -v setpriv >/dev/null || need+=(util-linux)
 	command -v openssl >/dev/null || need+=(openssl)
+	# For the SPANK plugin's unit tests: Lua for job_submit.lua, Python's cryptography for independent vectors.
+	command -v lua5.1 >/dev/null || need+=(lua5.1)
+	/usr/bin/python3 -c 'import cryptography' 2>/dev/null || need+=(python3-cryptography)
 	((${#need[@]})) || return 0
 	log "installing from Debian's packages: ${need[*]}"
 	# Postinst scripts would start the daemons themselves (without our config); policy-rc.d tells them not to.

@@ -1,0 +1,478 @@
+/*
+ * session.c - open, verify and decrypt a Juice session file
+ * (test/vectors/README.md section 4).  AES-256-GCM through libcrypto; the
+ * key and the plaintext are wiped with explicit_bzero.
+ */
+#include "session.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#define NONCE_LEN 12
+#define TAG_LEN 16
+#define NAME_MAX_LEN 128
+
+/*
+ * Read a whole small regular file without following a symlink in its last
+ * component.  *data is NUL-terminated; free (and wipe) it.
+ */
+static int read_small_file(const char *path, size_t max, int strict,
+			   char **data, size_t *len, char *err, size_t errlen)
+{
+	struct stat st;
+	size_t total = 0;
+	char *buf = NULL;
+	int fd;
+
+	*data = NULL;
+	*len = 0;
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY |
+			O_NONBLOCK);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot open %s: %s", path,
+			 strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "cannot stat %s: %s", path,
+			 strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s is not a regular file", path);
+		goto fail;
+	}
+	if (strict && (st.st_mode & S_IRWXO)) {
+		snprintf(err, errlen,
+			 "%s is accessible to other users (mode %04o): "
+			 "chmod o-rwx it", path, (unsigned)(st.st_mode & 07777));
+		goto fail;
+	}
+	if (st.st_size < 0 || (size_t)st.st_size > max) {
+		snprintf(err, errlen, "%s is too large (%lld bytes, at most "
+			 "%zu)", path, (long long)st.st_size, max);
+		goto fail;
+	}
+	buf = malloc(max + 2);
+	if (!buf) {
+		snprintf(err, errlen, "out of memory reading %s", path);
+		goto fail;
+	}
+	for (;;) {
+		ssize_t r = read(fd, buf + total, max + 1 - total);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			snprintf(err, errlen, "cannot read %s: %s", path,
+				 strerror(errno));
+			goto fail;
+		}
+		if (r == 0)
+			break;
+		total += (size_t)r;
+		if (total > max) {
+			snprintf(err, errlen, "%s is too large (more than %zu "
+				 "bytes)", path, max);
+			goto fail;
+		}
+	}
+	close(fd);
+	buf[total] = '\0';
+	*data = buf;
+	*len = total;
+	return 0;
+fail:
+	if (buf) {
+		explicit_bzero(buf, max + 2);
+		free(buf);
+	}
+	close(fd);
+	return -1;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int juice_key_load(const char *path, int strict,
+		   unsigned char key[JUICE_KEY_LEN], char *err, size_t errlen)
+{
+	char *data;
+	size_t len, i;
+	int rc = -1;
+
+	if (!path || !*path) {
+		snprintf(err, errlen, "no cluster key configured (plugstack "
+			 "argument key=/path/to/cluster.key)");
+		return -1;
+	}
+	if (read_small_file(path, 256, strict, &data, &len, err, errlen) < 0)
+		return -1;
+	if (len == 2 * JUICE_KEY_LEN + 1 && data[len - 1] == '\n')
+		len--;
+	if (len != 2 * JUICE_KEY_LEN) {
+		snprintf(err, errlen, "key file %s must hold 64 hexadecimal "
+			 "characters and an optional newline", path);
+		goto out;
+	}
+	for (i = 0; i < JUICE_KEY_LEN; i++) {
+		int hi = hexval(data[2 * i]), lo = hexval(data[2 * i + 1]);
+		if (hi < 0 || lo < 0) {
+			snprintf(err, errlen, "key file %s must hold 64 "
+				 "hexadecimal characters and an optional "
+				 "newline", path);
+			explicit_bzero(key, JUICE_KEY_LEN);
+			goto out;
+		}
+		key[i] = (unsigned char)(hi << 4 | lo);
+	}
+	rc = 0;
+out:
+	explicit_bzero(data, 256 + 2);
+	free(data);
+	return rc;
+}
+
+void juice_env_clear(struct juice_env *env)
+{
+	if (env->buf) {
+		explicit_bzero(env->buf, env->buflen);
+		free(env->buf);
+	}
+	explicit_bzero(env, sizeof(*env));
+}
+
+/* Strict decimal uint32: digits, no sign, no leading zero (but "0"). */
+static const char *parse_u32(const char *p, const char *end, uint32_t *out)
+{
+	uint64_t v = 0;
+	const char *s = p;
+
+	while (p < end && *p >= '0' && *p <= '9') {
+		v = v * 10 + (uint64_t)(*p - '0');
+		if (v > UINT32_MAX)
+			return NULL;
+		p++;
+	}
+	if (p == s || (*s == '0' && p - s > 1))
+		return NULL;
+	*out = (uint32_t)v;
+	return p;
+}
+
+static int expect(const char **p, const char *end, const char *lit)
+{
+	size_t n = strlen(lit);
+
+	if ((size_t)(end - *p) < n || memcmp(*p, lit, n) != 0)
+		return -1;
+	*p += n;
+	return 0;
+}
+
+int juice_session_parse_header(const char *line, size_t len, char *cluster,
+			       size_t clusterlen, uint32_t *job_id,
+			       uint32_t *run, char *err, size_t errlen)
+{
+	const char *p = line, *end = line + len, *c;
+	size_t n;
+
+	if (expect(&p, end, "JUICE-SESSION ") < 0) {
+		snprintf(err, errlen, "not a Juice session file (bad header)");
+		return -1;
+	}
+	if (expect(&p, end, "v1 ") < 0) {
+		char v[24];
+		size_t k = 0;
+		while (p + k < end && p[k] != ' ' && k < 16)
+			k++;
+		memcpy(v, p, k);
+		v[k] = '\0';
+		{
+			char q[80];
+			juice_quote(v, q, sizeof(q));
+			snprintf(err, errlen, "unsupported session file "
+				 "version \"%s\" (this plugin reads v1)", q);
+		}
+		return -1;
+	}
+	if (expect(&p, end, "cluster=") < 0)
+		goto bad;
+	for (c = p; p < end && *p != ' '; p++)
+		;
+	n = (size_t)(p - c);
+	if (n == 0 || n > JUICE_CLUSTER_MAX || n >= clusterlen)
+		goto bad;
+	memcpy(cluster, c, n);
+	cluster[n] = '\0';
+	if (juice_cluster_valid(cluster) < 0)
+		goto bad;
+	if (expect(&p, end, " job=") < 0 ||
+	    !(p = parse_u32(p, end, job_id)) ||
+	    expect(&p, end, " run=") < 0 ||
+	    !(p = parse_u32(p, end, run)) || p != end)
+		goto bad;
+	return 0;
+bad:
+	snprintf(err, errlen, "malformed session file header (expected "
+		 "\"JUICE-SESSION v1 cluster=NAME job=N run=N\")");
+	return -1;
+}
+
+/* AES-256-GCM open.  Returns plaintext length, or -1. */
+static int gcm_open(const unsigned char key[JUICE_KEY_LEN],
+		    const unsigned char *aad, int aadlen,
+		    const unsigned char *nonce, const unsigned char *ct,
+		    int ctlen, const unsigned char *tag, unsigned char *pt)
+{
+	EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+	int len = 0, total = -1, fin = 0;
+
+	if (!ctx)
+		return -1;
+	if (EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) != 1 ||
+	    EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, NONCE_LEN,
+				NULL) != 1 ||
+	    EVP_DecryptInit_ex(ctx, NULL, NULL, key, nonce) != 1 ||
+	    EVP_DecryptUpdate(ctx, NULL, &len, aad, aadlen) != 1 ||
+	    EVP_DecryptUpdate(ctx, pt, &len, ct, ctlen) != 1 ||
+	    EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG_LEN,
+				(void *)tag) != 1)
+		goto out;
+	total = len;
+	if (EVP_DecryptFinal_ex(ctx, pt + len, &fin) != 1) {
+		total = -1;
+		goto out;
+	}
+	total += fin;
+out:
+	EVP_CIPHER_CTX_free(ctx);  /* wipes its key schedule */
+	return total;
+}
+
+static int name_ok(const char *s, size_t n)
+{
+	size_t i;
+
+	if (n <= 6 || n > NAME_MAX_LEN || memcmp(s, "JUICE_", 6) != 0)
+		return 0;
+	for (i = 6; i < n; i++)
+		if (!((s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+			return 0;
+	return 1;
+}
+
+/* Split the plaintext in place into the variables.  0 or -1 with err. */
+static int parse_plaintext(struct juice_env *out, size_t ptlen, char *err,
+			   size_t errlen)
+{
+	char *p = out->buf, *end = out->buf + ptlen;
+	size_t lineno = 0, i;
+
+	if (ptlen == 0)
+		return 0;  /* no variables: allowed (test vector empty-env) */
+	if (memchr(out->buf, '\0', ptlen)) {
+		snprintf(err, errlen, "session file plaintext holds a NUL byte");
+		return -1;
+	}
+	while (p < end) {
+		char *nl = memchr(p, '\n', (size_t)(end - p));
+		char *eq;
+
+		lineno++;
+		if (!nl)
+			nl = end;  /* last line without a newline */
+		*nl = '\0';
+		eq = memchr(p, '=', (size_t)(nl - p));
+		if (!eq || !name_ok(p, (size_t)(eq - p))) {
+			snprintf(err, errlen, "session file line %zu is not "
+				 "JUICE_NAME=VALUE", lineno);
+			return -1;
+		}
+		*eq = '\0';
+		for (i = 0; i < out->n; i++)
+			if (strcmp(out->vars[i].name, p) == 0) {
+				snprintf(err, errlen, "session file sets %s "
+					 "twice", p);
+				return -1;
+			}
+		if (out->n == JUICE_SESSION_MAX_VARS) {
+			snprintf(err, errlen, "session file sets more than %d "
+				 "variables", JUICE_SESSION_MAX_VARS);
+			return -1;
+		}
+		out->vars[out->n].name = p;
+		out->vars[out->n].value = eq + 1;
+		out->n++;
+		p = nl + 1;
+	}
+	return 0;
+}
+
+int juice_session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
+		       const char *cluster, uint32_t job_id, long run,
+		       struct juice_env *out, char *err, size_t errlen)
+{
+	char *data = NULL, *nl;
+	size_t len, hlen, bodylen, ctlen;
+	const unsigned char *body;
+	int ptlen, rc = -1;
+
+	memset(out, 0, sizeof(*out));
+	if (read_small_file(path, JUICE_SESSION_MAX_FILE, 0, &data, &len, err,
+			    errlen) < 0)
+		return -1;
+
+	nl = memchr(data, '\n', len < JUICE_SESSION_HEADER_MAX ?
+				len : JUICE_SESSION_HEADER_MAX);
+	if (!nl) {
+		snprintf(err, errlen, "%s: %s", path, len ?
+			 "malformed session file header (no header line)" :
+			 "empty session file");
+		goto out;
+	}
+	hlen = (size_t)(nl - data);
+	if (juice_session_parse_header(data, hlen, out->cluster,
+				       sizeof(out->cluster), &out->job_id,
+				       &out->run, err, errlen) < 0) {
+		char tmp[256];
+		snprintf(tmp, sizeof(tmp), "%s", err);
+		snprintf(err, errlen, "%s: %s", path, tmp);
+		goto out;
+	}
+	if (out->job_id != job_id) {
+		snprintf(err, errlen, "%s is for job %u, not for job %u", path,
+			 out->job_id, job_id);
+		goto out;
+	}
+	if (cluster && *cluster && strcmp(cluster, out->cluster) != 0) {
+		snprintf(err, errlen, "%s is for cluster %s, not for cluster "
+			 "%s", path, out->cluster, cluster);
+		goto out;
+	}
+	if (run >= 0 && (long)out->run != run) {
+		snprintf(err, errlen, "%s is for run %u of job %u, not for run "
+			 "%ld", path, out->run, job_id, run);
+		goto out;
+	}
+
+	body = (const unsigned char *)nl + 1;
+	bodylen = len - hlen - 1;
+	if (bodylen < NONCE_LEN + TAG_LEN) {
+		snprintf(err, errlen, "%s is truncated (%zu bytes after the "
+			 "header, at least %d needed)", path, bodylen,
+			 NONCE_LEN + TAG_LEN);
+		goto out;
+	}
+	ctlen = bodylen - NONCE_LEN - TAG_LEN;
+	out->buflen = ctlen + 16;
+	out->buf = malloc(out->buflen);
+	if (!out->buf) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	ptlen = gcm_open(key, (const unsigned char *)data, (int)hlen, body,
+			 body + NONCE_LEN, (int)ctlen, body + NONCE_LEN + ctlen,
+			 (unsigned char *)out->buf);
+	if (ptlen < 0) {
+		snprintf(err, errlen, "%s failed verification: it was altered, "
+			 "truncated or sealed with another key", path);
+		goto out;
+	}
+	out->buf[ptlen] = '\0';
+	if (parse_plaintext(out, (size_t)ptlen, err, errlen) < 0) {
+		char tmp[256];
+		snprintf(tmp, sizeof(tmp), "%s", err);
+		snprintf(err, errlen, "%s: %s", path, tmp);
+		goto out;
+	}
+	rc = 0;
+out:
+	if (rc < 0)
+		juice_env_clear(out);
+	explicit_bzero(data, JUICE_SESSION_MAX_FILE + 2);
+	free(data);
+	return rc;
+}
+
+/* "<job>.<n>.session" -> n.  0 or -1. */
+static int match_name(const char *name, uint32_t job_id, uint32_t *n)
+{
+	char prefix[16];
+	size_t plen, len = strlen(name);
+	const char *p, *end;
+
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "%u.", job_id);
+	if (len <= plen + 8 || strncmp(name, prefix, plen) != 0 ||
+	    strcmp(name + len - 8, ".session") != 0)
+		return -1;
+	p = name + plen;
+	end = name + len - 8;
+	p = parse_u32(p, end, n);
+	return p == end ? 0 : -1;
+}
+
+int juice_session_find(const char *dir, uint32_t job_id, uint32_t min_run,
+		       char *path, size_t pathlen, uint32_t *found_run,
+		       char *err, size_t errlen)
+{
+	struct dirent *de;
+	DIR *d;
+	uint32_t best = 0, older = 0, n;
+	int have_best = 0, have_older = 0, w;
+
+	d = opendir(dir);
+	if (!d) {
+		snprintf(err, errlen, "cannot read the state directory %s: %s",
+			 dir, strerror(errno));
+		return -1;
+	}
+	while ((de = readdir(d)) != NULL) {
+		if (match_name(de->d_name, job_id, &n) < 0)
+			continue;
+		if (n >= min_run && (!have_best || n > best)) {
+			best = n;
+			have_best = 1;
+		} else if (n < min_run && (!have_older || n > older)) {
+			older = n;
+			have_older = 1;
+		}
+	}
+	closedir(d);
+	if (have_best) {
+		w = snprintf(path, pathlen, "%s/%u.%u.session", dir, job_id,
+			     best);
+		if (w < 0 || (size_t)w >= pathlen) {
+			snprintf(err, errlen, "state directory path too long");
+			return -1;
+		}
+		*found_run = best;
+		return 0;
+	}
+	if (have_older)
+		snprintf(err, errlen, "no session file for job %u run %u in %s "
+			 "(only one of the older run %u, whose session is "
+			 "gone): the Juice GPUs were not made ready for this "
+			 "run", job_id, min_run, dir, older);
+	else
+		snprintf(err, errlen, "no session file for job %u in %s: the "
+			 "Juice GPUs were not made ready for this job (did "
+			 "PrologSlurmctld run juice-prolog.sh?)", job_id, dir);
+	return -1;
+}

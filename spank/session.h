@@ -1,0 +1,81 @@
+/*
+ * session.h - open, verify and decrypt a Juice session file.
+ *
+ *   JUICE-SESSION v1 cluster=<cluster> job=<job id> run=<restart count>\n
+ *   <12-byte nonce><AES-256-GCM ciphertext><16-byte tag>
+ *
+ * The header line (without its newline) is the associated data.  The
+ * plaintext is NAME=VALUE\n lines, NAME matching JUICE_[A-Z0-9_]+.
+ *
+ * Pure C + libcrypto, no Slurm: unit-tested by spank/test.
+ */
+#ifndef JUICE_SESSION_H
+#define JUICE_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "args.h"
+
+#define JUICE_SESSION_MAX_FILE (64 * 1024)  /* bytes of a session file */
+#define JUICE_SESSION_MAX_VARS 64           /* variables in one session */
+#define JUICE_SESSION_HEADER_MAX 256        /* bytes of the header line */
+#define JUICE_KEY_LEN 32
+
+struct juice_env_var {
+	const char *name;   /* point into juice_env.buf */
+	const char *value;
+};
+
+struct juice_env {
+	char cluster[JUICE_CLUSTER_MAX + 1];  /* from the verified header */
+	uint32_t job_id;
+	uint32_t run;
+	size_t n;
+	struct juice_env_var vars[JUICE_SESSION_MAX_VARS];
+	char *buf;          /* the plaintext, split in place; wiped on clear */
+	size_t buflen;
+};
+
+/*
+ * Read a key file: 64 hex digits, optionally followed by one newline.
+ * With strict != 0 the file must not be accessible to "other" (mode & 007).
+ * Returns 0, or -1 with err.
+ */
+int juice_key_load(const char *path, int strict,
+		   unsigned char key[JUICE_KEY_LEN], char *err, size_t errlen);
+
+/*
+ * Open, check and decrypt a session file.  cluster: NULL or "" = do not
+ * check the cluster; run: -1 = any run.  On success returns 0 and fills
+ * *out (free with juice_env_clear); on error returns -1 with a message in
+ * err (no "juice: " prefix) and *out is empty.
+ */
+int juice_session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
+		       const char *cluster, uint32_t job_id, long run,
+		       struct juice_env *out, char *err, size_t errlen);
+
+/*
+ * Choose the session file of a job in the state directory: the newest
+ * <dir>/<job>.<n>.session with n >= min_run (the run is not known in every
+ * step, see remote.c; runs only grow, so the newest file is the current
+ * run's, and a file left by an older run is never taken over a newer one).
+ * *found_run is n; the caller then checks the header says the same run.
+ * Returns 0 with path, or -1 with err.
+ */
+int juice_session_find(const char *dir, uint32_t job_id, uint32_t min_run,
+		       char *path, size_t pathlen, uint32_t *found_run,
+		       char *err, size_t errlen);
+
+/* Wipe and free the plaintext; safe to call twice. */
+void juice_env_clear(struct juice_env *env);
+
+/*
+ * Parse a header line (no newline).  Returns 0, or -1 with err.  Exposed for
+ * the tests and for the "any run" search.
+ */
+int juice_session_parse_header(const char *line, size_t len, char *cluster,
+			       size_t clusterlen, uint32_t *job_id,
+			       uint32_t *run, char *err, size_t errlen);
+
+#endif

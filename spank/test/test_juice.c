@@ -1,0 +1,597 @@
+/*
+ * test_juice.c - unit tests of the pure-C parts of the juice SPANK plugin
+ * (no Slurm needed):
+ *
+ *   --tables DIR    DIR/vram.tsv and DIR/options.tsv (test/vectors): every row
+ *   --session DIR   DIR/key.hex and every DIR/<name>.expect + <name>.session
+ *   --missing DIR   a vector directory that should exist: counted as failed
+ *
+ * Also the plugstack argument parser, the key loader and the session file
+ * search.  Prints one line per failure and a summary "N passed, M failed";
+ * exits 1 on any failure.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "session.h"
+#include "validate.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                                     \
+	do {                                                                 \
+		if (cond) {                                                  \
+			passed++;                                            \
+		} else {                                                     \
+			failed++;                                            \
+			printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
+			printf(__VA_ARGS__);                                 \
+			printf("\n");                                        \
+		}                                                            \
+	} while (0)
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long n;
+
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = malloc((size_t)n + 1);
+	if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		fclose(f);
+		return NULL;
+	}
+	buf[n] = '\0';
+	fclose(f);
+	if (len)
+		*len = (size_t)n;
+	return buf;
+}
+
+/* Split s at tabs into at most max fields (in place).  Returns the count. */
+static int split_tabs(char *s, char **f, int max)
+{
+	int n = 0;
+
+	f[n++] = s;
+	for (; *s && n < max; s++)
+		if (*s == '\t') {
+			*s = '\0';
+			f[n++] = s + 1;
+		}
+	return n;
+}
+
+/* Iterate the data lines of a .tsv: returns the next line or NULL. */
+static char *next_line(char **cursor, int *lineno)
+{
+	char *line, *nl;
+
+	while (**cursor) {
+		line = *cursor;
+		nl = strchr(line, '\n');
+		if (nl) {
+			*nl = '\0';
+			*cursor = nl + 1;
+		} else {
+			*cursor = line + strlen(line);
+		}
+		(*lineno)++;
+		if (line[0] == '#' || line[0] == '\0')
+			continue;
+		return line;
+	}
+	return NULL;
+}
+
+static void test_vram_table(const char *dir)
+{
+	char path[4096], *data, *cur, *line, *f[3];
+	int lineno = 0, rows = 0;
+
+	snprintf(path, sizeof(path), "%s/vram.tsv", dir);
+	data = slurp(path, NULL);
+	CHECK(data != NULL, "cannot read %s", path);
+	if (!data)
+		return;
+	cur = data;
+	while ((line = next_line(&cur, &lineno))) {
+		uint64_t got = 0, want;
+		int rc, n = split_tabs(line, f, 3);
+
+		rows++;
+		CHECK(n == 2, "vram.tsv:%d: expected 2 columns", lineno);
+		if (n != 2)
+			continue;
+		rc = juice_parse_vram(f[0], &got);
+		if (strcmp(f[1], "error") == 0) {
+			CHECK(rc < 0, "vram.tsv:%d: \"%s\" should fail, got %llu",
+			      lineno, f[0], (unsigned long long)got);
+		} else if (sscanf(f[1], "ok %llu", (unsigned long long *)&want)
+			   == 1) {
+			CHECK(rc == 0 && got == want,
+			      "vram.tsv:%d: \"%s\" want %llu, got rc=%d %llu",
+			      lineno, f[0], (unsigned long long)want, rc,
+			      (unsigned long long)got);
+		} else {
+			CHECK(0, "vram.tsv:%d: bad expected column", lineno);
+		}
+	}
+	printf("vram.tsv: %d rows\n", rows);
+	free(data);
+}
+
+/* Apply a limits column ("-" or "k=v,k=v") to lim.  0 or -1. */
+static int apply_limits(char *s, struct juice_limits *lim)
+{
+	char *tok, *save = NULL;
+
+	juice_limits_default(lim);
+	if (strcmp(s, "-") == 0)
+		return 0;
+	for (tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char err[256];
+		if (strncmp(tok, "default_pool=", 13) == 0)
+			snprintf(lim->default_pool, sizeof(lim->default_pool),
+				 "%s", tok + 13);
+		else if (strncmp(tok, "max_gpus=", 9) == 0) {
+			if (juice_check_gpu_count(tok + 9, JUICE_MAX_GPUS_LIMIT,
+						  &lim->max_gpus, err,
+						  sizeof(err)) < 0)
+				return -1;
+		} else if (strncmp(tok, "max_vram=", 9) == 0) {
+			if (juice_parse_vram(tok + 9, &lim->max_vram) < 0)
+				return -1;
+		} else
+			return -1;
+	}
+	return 0;
+}
+
+static void test_options_table(const char *dir)
+{
+	char path[4096], *data, *cur, *line, *f[6];
+	int lineno = 0, rows = 0;
+
+	snprintf(path, sizeof(path), "%s/options.tsv", dir);
+	data = slurp(path, NULL);
+	CHECK(data != NULL, "cannot read %s", path);
+	if (!data)
+		return;
+	cur = data;
+	while ((line = next_line(&cur, &lineno))) {
+		struct juice_limits lim;
+		struct juice_request req;
+		enum juice_opt bad;
+		char err[1024], out[JUICE_REQUEST_MAX + 1], flag[64], q[80];
+		const char *pool, *gpus, *vram, *want = NULL;
+		int rc, n = split_tabs(line, f, 6);
+
+		rows++;
+		CHECK(n == 5, "options.tsv:%d: expected 5 columns", lineno);
+		if (n != 5)
+			continue;
+		pool = strcmp(f[0], "-") ? f[0] : NULL;
+		gpus = strcmp(f[1], "-") ? f[1] : NULL;
+		vram = strcmp(f[2], "-") ? f[2] : NULL;
+		if (apply_limits(f[3], &lim) < 0) {
+			CHECK(0, "options.tsv:%d: bad limits column", lineno);
+			continue;
+		}
+		err[0] = '\0';
+		rc = juice_request_resolve(pool, gpus, vram, &lim, &req, &bad,
+					   err, sizeof(err));
+		if (strcmp(f[4], "none") == 0) {
+			CHECK(rc == 0, "options.tsv:%d: want none, got rc=%d %s",
+			      lineno, rc, err);
+		} else if (strncmp(f[4], "ok ", 3) == 0) {
+			out[0] = '\0';
+			if (rc == 1)
+				juice_request_format(&req, out, sizeof(out));
+			CHECK(rc == 1 && strcmp(out, f[4] + 3) == 0,
+			      "options.tsv:%d: want %s, got rc=%d \"%s\" %s",
+			      lineno, f[4] + 3, rc, out, err);
+		} else if (strncmp(f[4], "error ", 6) == 0) {
+			CHECK(rc < 0 && strcmp(juice_opt_name(bad), f[4] + 6) == 0,
+			      "options.tsv:%d: want error %s, got rc=%d %s (%s)",
+			      lineno, f[4] + 6, rc, juice_opt_name(bad), err);
+			if (rc >= 0)
+				continue;
+			/* The message names the option ... */
+			snprintf(flag, sizeof(flag), "--%s", f[4] + 6);
+			CHECK(strstr(err, flag) != NULL,
+			      "options.tsv:%d: message does not name %s: %s",
+			      lineno, flag, err);
+			/* ... and quotes the bad value (the named option's,
+			 * or for a missing pool the value that needs one). */
+			if (bad == JUICE_OPT_POOL && pool)
+				want = pool;
+			else if (bad == JUICE_OPT_GPUS)
+				want = gpus;
+			else if (bad == JUICE_OPT_VRAM)
+				want = vram;
+			else
+				want = gpus ? gpus : vram;
+			{
+				char quoted[100];
+				juice_quote(want, q, sizeof(q));
+				snprintf(quoted, sizeof(quoted), "\"%s\"", q);
+				CHECK(strstr(err, quoted) != NULL,
+				      "options.tsv:%d: message does not quote "
+				      "%s: %s", lineno, quoted, err);
+			}
+		} else {
+			CHECK(0, "options.tsv:%d: bad expected column", lineno);
+		}
+	}
+	printf("options.tsv: %d rows\n", rows);
+	free(data);
+}
+
+static void test_args(void)
+{
+	struct juice_config cfg;
+	char err[1024];
+	struct {
+		const char *argv[8];
+		int ok;
+		const char *in_err;  /* the message must contain this */
+	} cases[] = {
+		{ { "/usr/bin/juice", "/var/spool/juice", NULL }, 1, NULL },
+		{ { "/usr/bin/juice", "/var/spool/juice", "key=/etc/juice/k",
+		    "default_pool=test", "max_gpus=16", "max_vram=40GiB",
+		    "cluster=c1", NULL }, 1, NULL },
+		{ { "/usr/bin/juice", NULL }, 0, "expected arguments" },
+		{ { NULL }, 0, "expected arguments" },
+		{ { "juice", "/var/spool/juice", NULL }, 0, "argument 1" },
+		{ { "/usr/bin/juice", "spool", NULL }, 0, "argument 2" },
+		{ { "/usr/bin/juice", "/s", "colour=blue", NULL }, 0,
+		  "\"colour=blue\": unknown" },
+		{ { "/usr/bin/juice", "/s", "max_gpus=0", NULL }, 0,
+		  "argument 3 \"max_gpus=0\"" },
+		{ { "/usr/bin/juice", "/s", "max_gpus=x", NULL }, 0, "max_gpus" },
+		{ { "/usr/bin/juice", "/s", "max_vram=0", NULL }, 0, "max_vram" },
+		{ { "/usr/bin/juice", "/s", "max_vram=1KiB", NULL }, 0, "max_vram" },
+		{ { "/usr/bin/juice", "/s", "default_pool=-x", NULL }, 0,
+		  "default_pool" },
+		{ { "/usr/bin/juice", "/s", "key=rel/path", NULL }, 0, "key=" },
+		{ { "/usr/bin/juice", "/s", "cluster=a b", NULL }, 0, "cluster" },
+		{ { "/usr/bin/juice", "/s", "noequals", NULL }, 0,
+		  "not key=value" },
+		{ { "/usr/bin/juice", "/s", "max_gpus=4", "max_gpus=5", NULL },
+		  0, "twice" },
+		{ { "/usr/bin/juice", "/s", "key=/a", "key=/b", NULL }, 0,
+		  "twice" },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int ac = 0, rc;
+		while (cases[i].argv[ac])
+			ac++;
+		err[0] = '\0';
+		rc = juice_args_parse(ac, (char **)cases[i].argv, &cfg, err,
+				      sizeof(err));
+		CHECK((rc == 0) == cases[i].ok, "args case %zu: rc=%d %s", i,
+		      rc, err);
+		if (!cases[i].ok && cases[i].in_err)
+			CHECK(strstr(err, cases[i].in_err) != NULL,
+			      "args case %zu: message lacks \"%s\": %s", i,
+			      cases[i].in_err, err);
+	}
+	/* The values arrive. */
+	{
+		const char *av[] = { "/usr/bin/juice", "/var/spool/juice",
+				     "key=/etc/juice/k", "default_pool=test",
+				     "max_gpus=16", "max_vram=40GiB",
+				     "cluster=c1" };
+		juice_args_parse(7, (char **)av, &cfg, err, sizeof(err));
+		CHECK(strcmp(cfg.juice_bin, "/usr/bin/juice") == 0 &&
+		      strcmp(cfg.state_dir, "/var/spool/juice") == 0 &&
+		      strcmp(cfg.key_file, "/etc/juice/k") == 0 &&
+		      strcmp(cfg.limits.default_pool, "test") == 0 &&
+		      cfg.limits.max_gpus == 16 &&
+		      cfg.limits.max_vram == (40ULL << 30) &&
+		      strcmp(cfg.cluster, "c1") == 0, "args values");
+		juice_args_parse(2, (char **)av, &cfg, err, sizeof(err));
+		CHECK(cfg.limits.max_gpus == 8 &&
+		      cfg.limits.max_vram == (80ULL << 30) &&
+		      cfg.limits.default_pool[0] == '\0' &&
+		      cfg.key_file[0] == '\0', "args defaults");
+	}
+}
+
+static void test_quote(void)
+{
+	char q[80];
+
+	juice_quote("t\xc3\xa9st\n\"x\"", q, sizeof(q));
+	CHECK(strcmp(q, "t\\xc3\\xa9st\\x0a\\\"x\\\"") == 0, "quote: %s", q);
+	juice_quote("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+		    q, sizeof(q));
+	CHECK(strlen(q) < sizeof(q) && strstr(q, "...") != NULL, "quote cut: %s", q);
+}
+
+/* One vector: parse <name>.expect, open <name>.session. */
+static void test_session_case(const char *dir, const char *name,
+			      const unsigned char key[JUICE_KEY_LEN])
+{
+	char path[4096], cluster[128], runs[32], err[2048];
+	char *exp, *cur, *line;
+	struct juice_env env;
+	unsigned job;
+	long run;
+	int rc, want_ok, lineno = 0;
+	size_t i = 0;
+
+	snprintf(path, sizeof(path), "%s/%s.expect", dir, name);
+	exp = slurp(path, NULL);
+	CHECK(exp != NULL, "cannot read %s", path);
+	if (!exp)
+		return;
+	cur = exp;
+	line = next_line(&cur, &lineno);
+	cluster[0] = '\0';
+	/* "open cluster=C job=N run=N"; C may be empty (= do not check). */
+	{
+		const char *c = line ? strstr(line, "cluster=") : NULL;
+		const char *j = line ? strstr(line, " job=") : NULL;
+		if (!c || !j || strncmp(line, "open ", 5) != 0 ||
+		    (size_t)(j - c - 8) >= sizeof(cluster) ||
+		    sscanf(j, " job=%u run=%31s", &job, runs) != 2) {
+			CHECK(0, "%s: bad first line", path);
+			free(exp);
+			return;
+		}
+		memcpy(cluster, c + 8, (size_t)(j - c - 8));
+		cluster[j - c - 8] = '\0';
+	}
+	run = strcmp(runs, "any") == 0 ? -1 : strtol(runs, NULL, 10);
+	line = next_line(&cur, &lineno);
+	want_ok = line && strcmp(line, "ok") == 0;
+	if (!want_ok && !(line && strcmp(line, "error") == 0)) {
+		CHECK(0, "%s: second line must be ok or error", path);
+		free(exp);
+		return;
+	}
+
+	snprintf(path, sizeof(path), "%s/%s.session", dir, name);
+	err[0] = '\0';
+	rc = juice_session_open(path, key, cluster, job, run, &env, err,
+				sizeof(err));
+	if (!want_ok) {
+		CHECK(rc < 0, "%s: should be refused, opened with %zu vars",
+		      path, env.n);
+		if (rc < 0)
+			printf("  ok %-28s refused: %s\n", name, err);
+		else
+			juice_env_clear(&env);
+		free(exp);
+		return;
+	}
+	CHECK(rc == 0, "%s: should open: %s", path, err);
+	if (rc < 0) {
+		free(exp);
+		return;
+	}
+	/* The expected lines after "ok" ("next_line" skips empty lines,
+	 * which cannot be NAME=VALUE anyway). */
+	while ((line = next_line(&cur, &lineno))) {
+		char *eq = strchr(line, '=');
+		if (!eq || i >= env.n) {
+			CHECK(0, "%s: expected %s, got %s", name, line,
+			      i >= env.n ? "no more variables" : "?");
+			i++;
+			continue;
+		}
+		*eq = '\0';
+		CHECK(strcmp(env.vars[i].name, line) == 0 &&
+		      strcmp(env.vars[i].value, eq + 1) == 0,
+		      "%s: variable %zu: want %s=%s, got %s=%s", name, i, line,
+		      eq + 1, env.vars[i].name, env.vars[i].value);
+		i++;
+	}
+	CHECK(i == env.n, "%s: want %zu variables, got %zu", name, i, env.n);
+	printf("  ok %-28s opened: %zu variables\n", name, env.n);
+	juice_env_clear(&env);
+	CHECK(env.buf == NULL && env.n == 0, "env clear");
+	free(exp);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void test_session_dir(const char *dir)
+{
+	unsigned char key[JUICE_KEY_LEN];
+	char path[4096], err[1024], *names[256];
+	struct dirent *de;
+	size_t n = 0, i;
+	DIR *d;
+
+	printf("session vectors in %s:\n", dir);
+	snprintf(path, sizeof(path), "%s/key.hex", dir);
+	CHECK(juice_key_load(path, 0, key, err, sizeof(err)) == 0,
+	      "key: %s", err);
+	d = opendir(dir);
+	CHECK(d != NULL, "cannot open %s: %s", dir, strerror(errno));
+	if (!d)
+		return;
+	while ((de = readdir(d)) && n < 256) {
+		size_t len = strlen(de->d_name);
+		if (len > 7 && strcmp(de->d_name + len - 7, ".expect") == 0)
+			names[n++] = strndup(de->d_name, len - 7);
+	}
+	closedir(d);
+	qsort(names, n, sizeof(names[0]), cmp_str);
+	CHECK(n > 0, "%s holds no .expect files", dir);
+	for (i = 0; i < n; i++) {
+		test_session_case(dir, names[i], key);
+		free(names[i]);
+	}
+}
+
+static void write_file(const char *path, const char *s, mode_t mode)
+{
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fputs(s, f);
+		fclose(f);
+	}
+	chmod(path, mode);
+}
+
+static void test_key_and_find(void)
+{
+	char dir[] = "/tmp/juice-spank-test.XXXXXX", path[4200], err[1024];
+	unsigned char key[JUICE_KEY_LEN];
+	uint32_t run = 99;
+
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	/* Key files. */
+	snprintf(path, sizeof(path), "%s/k", dir);
+	write_file(path, "000102030405060708090a0b0c0d0e0f"
+			 "101112131415161718191a1b1c1d1e1f", 0600);
+	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) == 0 &&
+	      key[0] == 0 && key[31] == 0x1f, "key without newline: %s", err);
+	write_file(path, "000102030405060708090A0B0C0D0E0F"
+			 "101112131415161718191a1b1c1d1e1f\n", 0644);
+	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0 &&
+	      strstr(err, "other users"), "world-readable key refused: %s",
+	      err);
+	CHECK(juice_key_load(path, 0, key, err, sizeof(err)) == 0,
+	      "key with newline, upper case: %s", err);
+	write_file(path, "0001020304\n", 0600);
+	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0,
+	      "short key refused");
+	write_file(path, "000102030405060708090a0b0c0d0e0f"
+			 "101112131415161718191a1b1c1d1e1g\n", 0600);
+	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0,
+	      "non-hex key refused");
+	write_file(path, "000102030405060708090a0b0c0d0e0f"
+			 "101112131415161718191a1b1c1d1e1f\n\n", 0600);
+	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0,
+	      "key with two newlines refused");
+	CHECK(juice_key_load("", 1, key, err, sizeof(err)) < 0 &&
+	      strstr(err, "key="), "no key configured: %s", err);
+	CHECK(juice_key_load("/nonexistent/k", 1, key, err, sizeof(err)) < 0,
+	      "missing key file");
+	unlink(path);
+
+	/* Finding the session file: the newest at or above the bound. */
+	CHECK(juice_session_find(dir, 42, 0, path, sizeof(path), &run, err,
+				 sizeof(err)) < 0 && strstr(err, "no session"),
+	      "missing session: %s", err);
+	CHECK(juice_session_find("/nonexistent", 42, 0, path, sizeof(path),
+				 &run, err, sizeof(err)) < 0,
+	      "missing state directory");
+	snprintf(path, sizeof(path), "%s/42.0.session", dir);
+	write_file(path, "x", 0600);
+	CHECK(juice_session_find(dir, 42, 0, path, sizeof(path), &run, err,
+				 sizeof(err)) == 0 && run == 0 &&
+	      strstr(path, "/42.0.session"), "only run 0");
+	CHECK(juice_session_find(dir, 42, 2, path, sizeof(path), &run, err,
+				 sizeof(err)) < 0 && strstr(err, "older run 0"),
+	      "an older run's file is not taken: %s", err);
+	snprintf(path, sizeof(path), "%s/42.3.session", dir);
+	write_file(path, "x", 0600);
+	snprintf(path, sizeof(path), "%s/42.12.session", dir);
+	write_file(path, "x", 0600);
+	snprintf(path, sizeof(path), "%s/420.99.session", dir);
+	write_file(path, "x", 0600);
+	snprintf(path, sizeof(path), "%s/4.299.session", dir);
+	write_file(path, "x", 0600);
+	snprintf(path, sizeof(path), "%s/42.013.session", dir);
+	write_file(path, "x", 0600);
+	snprintf(path, sizeof(path), "%s/42.77.session.tmp", dir);
+	write_file(path, "x", 0600);
+	CHECK(juice_session_find(dir, 42, 0, path, sizeof(path), &run, err,
+				 sizeof(err)) == 0 && run == 12 &&
+	      strstr(path, "/42.12.session"), "newest run from 0: %s %u",
+	      path, run);
+	CHECK(juice_session_find(dir, 42, 12, path, sizeof(path), &run, err,
+				 sizeof(err)) == 0 && run == 12, "exact run 12");
+	CHECK(juice_session_find(dir, 42, 13, path, sizeof(path), &run, err,
+				 sizeof(err)) < 0 && strstr(err, "older run 12"),
+	      "bound above every file: %s", err);
+	CHECK(juice_session_find(dir, 7, 0, path, sizeof(path), &run, err,
+				 sizeof(err)) < 0, "other job's files ignored");
+	{
+		char cmd[4200];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		CHECK(system(cmd) == 0, "cleanup");
+	}
+}
+
+static void test_header(void)
+{
+	char c[64], err[256];
+	uint32_t j, r;
+	const char *good = "JUICE-SESSION v1 cluster=c1 job=4294967295 run=0";
+	const char *bad[] = {
+		"JUICE-SESSION v1 cluster=c1 job=4294967296 run=0",
+		"JUICE-SESSION v1 cluster=c1 job=1 run=-1",
+		"JUICE-SESSION v1 cluster=c1 job=1 run=",
+		"JUICE-SESSION v1 cluster= job=1 run=0",
+		"JUICE-SESSION v1 cluster=c1  job=1 run=0",
+		"JUICE-SESSION v1 job=1 cluster=c1 run=0",
+		"JUICE-SESSION v1 cluster=c1 job=1 run=0 ",
+		"JUICE-SESSION  v1 cluster=c1 job=1 run=0",
+		"juice-session v1 cluster=c1 job=1 run=0",
+		"JUICE-SESSION v10 cluster=c1 job=1 run=0",
+		NULL,
+	};
+	int i;
+
+	CHECK(juice_session_parse_header(good, strlen(good), c, sizeof(c), &j,
+					 &r, err, sizeof(err)) == 0 &&
+	      j == 4294967295U && r == 0 && strcmp(c, "c1") == 0,
+	      "good header: %s", err);
+	for (i = 0; bad[i]; i++)
+		CHECK(juice_session_parse_header(bad[i], strlen(bad[i]), c,
+						 sizeof(c), &j, &r, err,
+						 sizeof(err)) < 0,
+		      "bad header accepted: %s", bad[i]);
+}
+
+int main(int argc, char **argv)
+{
+	int i;
+
+	for (i = 1; i + 1 < argc; i += 2) {
+		if (strcmp(argv[i], "--tables") == 0) {
+			test_vram_table(argv[i + 1]);
+			test_options_table(argv[i + 1]);
+		} else if (strcmp(argv[i], "--session") == 0) {
+			test_session_dir(argv[i + 1]);
+		} else if (strcmp(argv[i], "--missing") == 0) {
+			CHECK(0, "session vectors %s/key.hex not found (run "
+			      "go run ./test/vectors/gen test/vectors/session)",
+			      argv[i + 1]);
+		} else {
+			fprintf(stderr, "usage: %s [--tables DIR] [--session DIR]"
+				"... [--missing DIR]\n", argv[0]);
+			return 2;
+		}
+	}
+	test_args();
+	test_quote();
+	test_header();
+	test_key_and_find();
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# make demo: juice-slurm end to end on this machine. A real Slurm cluster (the test bed) with the SPANK plugin,
+# job_submit.lua and the prolog/epilog hooks; PostgreSQL; juice-sim with a demo pool; the juice-slurm
+# controller; then a few jobs as researchers would submit them. Everything keeps running at the end.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+TB=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
+RUN=$TB/run
+LOG=$TB/log
+DEMO=$TB/demo
+BIN=$REPO/bin
+
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+say "Bringing up the test bed: Slurm 22.05 (slurmctld, slurmd, slurmrestd, munge) and PostgreSQL"
+bash test/testbed.sh up
+say "Building juice-slurm, juice-sim and the SPANK plugin"
+make --no-print-directory build >/dev/null
+say "Wiring juice-slurm into Slurm (plugstack, job_submit.lua, PrologSlurmctld/EpilogSlurmctld)"
+JUICE_TESTBED_PROLOG_WAIT=${JUICE_DEMO_PROLOG_WAIT:-15s} bash test/testbed.sh wire
+# shellcheck disable=SC1091
+. "$TB/env"
+mkdir -p "$DEMO" && chmod 0755 "$DEMO"
+
+export JUICE_DATABASE_URL="postgres://juice@127.0.0.1:5433/juice?sslmode=disable"
+export JUICE_CLUSTER=$JUICE_TESTBED_CLUSTER
+psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname='juice'" | grep -q 1 ||
+	psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -qc "CREATE DATABASE juice OWNER juice"
+
+say "Starting juice-sim: pool 'demo' with one agent of 4 GPUs x 24 GiB (and pool 'test')"
+(umask 077 && [ -s "$DEMO/juice.token" ] || echo "m2m_demo_$(openssl rand -hex 12)" >"$DEMO/juice.token")
+cat >"$DEMO/sim.json" <<'EOF'
+{"tick": "500ms", "activateDelay": "1s", "cancelDelay": "500ms",
+ "pools": [{"id": "demo", "agents": [{"gpus": 4, "vram": "24GiB", "gpuName": "NVIDIA L4", "hostname": "gpu-host-1"}]},
+           {"id": "test", "agents": [{"count": 2, "gpus": 8, "vram": "80GiB"}]}]}
+EOF
+if ! alive "$RUN/juice-sim.pid"; then
+	setsid "$BIN/juice-sim" --listen 127.0.0.1:7070 --token-file "$DEMO/juice.token" --config "$DEMO/sim.json" \
+		</dev/null >>"$LOG/juice-sim.log" 2>&1 &
+	echo $! >"$RUN/juice-sim.pid"
+fi
+until curl -fsS http://127.0.0.1:7070/healthz >/dev/null 2>&1; do sleep 0.2; done
+
+say "Starting the juice-slurm controller (hook API on 127.0.0.1:7171)"
+if ! alive "$RUN/juice-controller.pid"; then
+	setsid "$BIN/juice-slurm" controller --cluster "$JUICE_CLUSTER" --database-url "$JUICE_DATABASE_URL" \
+		--slurmrestd-url "$JUICE_TESTBED_SLURMRESTD_URL" --slurm-user "$JUICE_TESTBED_SLURM_USER" \
+		--slurm-token-file "$JUICE_TESTBED_TOKEN_FILE" --juice-url http://127.0.0.1:7070 \
+		--juice-token-file "$DEMO/juice.token" --cluster-key /etc/juice-slurm/cluster.key \
+		--hook-secret /etc/juice-slurm/hook.secret --hook-listen 127.0.0.1:7171 --poll-interval 1s \
+		</dev/null >>"$LOG/juice-controller.log" 2>&1 &
+	echo $! >"$RUN/juice-controller.pid"
+fi
+until curl -fsS http://127.0.0.1:7171/readyz >/dev/null 2>&1; do sleep 0.2; done
+
+status() { "$BIN/juice-slurm" status; }
+cd "$DEMO"
+rm -f "$DEMO"/*.out
+
+say "1. srun --juice-pool=demo --juice-gpu-count=2: an interactive job on two remote GPUs"
+echo "\$ srun --juice-pool=demo --juice-gpu-count=2 env | grep ^JUICE_"
+srun --juice-pool=demo --juice-gpu-count=2 env | grep ^JUICE_ | sed 's/^/    /'
+
+say "2. A batch job holding 3 GPUs for 40 s, and a 1.5 GiB slice of the fourth"
+hold=$(sbatch --parsable --job-name=hold3 --juice-pool=demo --juice-gpu-count=3 -o "$DEMO/hold3.out" --wrap 'env | grep ^JUICE_; sleep 40')
+slice=$(sbatch --parsable --job-name=slice --juice-pool=demo --juice-vram=1.5 -o "$DEMO/slice.out" --wrap 'env | grep ^JUICE_')
+echo "    submitted jobs $hold (3 GPUs) and $slice (--juice-vram=1.5)"
+
+say "3. A job that cannot fit now (2 GPUs while 3 of 4 are taken): its prolog gives up, Slurm requeues it,"
+echo "   and it is served once the 3-GPU job ends"
+nofit=$(sbatch --parsable --job-name=nofit --juice-pool=demo --juice-gpu-count=2 -o "$DEMO/nofit.out" --wrap 'env | grep ^JUICE_')
+echo "    submitted job $nofit"
+
+say "4. A job reserved while pending, then cancelled: its session is released"
+cancelme=$(sbatch --parsable --job-name=cancelme --exclusive --juice-pool=test -o /dev/null --wrap true)
+for _ in $(seq 1 30); do
+	"$BIN/juice-slurm" describe job "$cancelme" 2>/dev/null | grep -q '^State: *ready' && break
+	sleep 1
+done
+echo "    job $cancelme: $(squeue -h -j "$cancelme" -o '%T (%r)'), reservation $("$BIN/juice-slurm" describe job "$cancelme" | sed -n 's/^State: *//p')"
+scancel "$cancelme"
+
+say "Watching the runs (juice-slurm status) until the demo jobs are done"
+start=$SECONDS
+while :; do
+	printf '\n--- %ds ---\n' $((SECONDS - start))
+	status || true
+	left=$(squeue -h -j "$hold,$slice,$nofit" -o %i 2>/dev/null | wc -l)
+	[ "$left" = 0 ] && break
+	if ((SECONDS - start > 300)); then echo "still not done after 300 s; look at $LOG/juice-controller.log"; break; fi
+	sleep 5
+done
+
+say "What each batch job saw in its environment"
+for f in hold3 slice nofit; do
+	echo "--- $f ($DEMO/$f.out)"
+	sed 's/^/    /' "$DEMO/$f.out" 2>/dev/null || echo "    (no output)"
+done
+say "The history of job $nofit (requeued until capacity freed)"
+"$BIN/juice-slurm" describe job "$nofit" | sed 's/^/    /'
+say "The history of job $cancelme (cancelled while pending)"
+"$BIN/juice-slurm" describe job "$cancelme" | sed 's/^/    /'
+say "Final status"
+status
+cat <<EOF
+
+Everything is still running: Slurm, PostgreSQL, juice-sim (127.0.0.1:7070) and the controller (127.0.0.1:7171).
+Try: srun --juice-pool=demo --juice-gpu-count=2 env | grep JUICE_   and   JUICE_DATABASE_URL=$JUICE_DATABASE_URL JUICE_CLUSTER=$JUICE_CLUSTER $BIN/juice-slurm status
+Stop everything with: make testbed-down
+EOF
