@@ -19,5 +19,5 @@ for f in cluster.key hook.secret juice.token; do
 	chown "$user:$user" "$dir/$f"
 	chmod 0600 "$dir/$f"
 done
-install -d -o "$user" -g "$user" -m 0700 /var/spool/juice-slurm/sessions
+install -d -o "$user" -g "$user" -m 0700 /var/spool/juice-slurm/sessions /var/log/juice-slurm
 echo "made $dir/cluster.key and $dir/hook.secret; put the M2M token into $dir/juice.token"

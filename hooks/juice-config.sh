@@ -14,7 +14,9 @@ JUICE_STATE_DIR=/var/spool/juice-slurm/sessions
 # below srun's give-up time, (SuspendTimeout+ResumeTimeout)*5 = 450 s by default, and below
 # PrologEpilogTimeout if you set one.
 JUICE_PROLOG_WAIT=240s
+# The hooks' own log (slurmctld 22.05 discards their output): progress of every wait, one line each.
+JUICE_HOOK_LOG=/var/log/juice-slurm/hooks.log
 # How long the epilog waits for the release to be confirmed.
 JUICE_EPILOG_WAIT=15s
 
-export JUICE_HOOK_URL JUICE_HOOK_SECRET JUICE_STATE_DIR JUICE_PROLOG_WAIT JUICE_EPILOG_WAIT
+export JUICE_HOOK_URL JUICE_HOOK_LOG JUICE_HOOK_SECRET JUICE_STATE_DIR JUICE_PROLOG_WAIT JUICE_EPILOG_WAIT

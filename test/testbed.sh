@@ -320,6 +320,7 @@ cmd_wire() {
 	[ -x "$REPO/bin/juice-slurm" ] || die "bin/juice-slurm is missing: run make build"
 	install -d -m 0755 $JUICE_PREFIX $JUICE_ETC
 	install -d -o $SLURM_USER -g $SLURM_USER -m 0700 $JUICE_SESSIONS
+	touch "$LOG/juice-hooks.log" && chown $SLURM_USER:$SLURM_USER "$LOG/juice-hooks.log"
 	# Replacing a loaded .so in place is unsafe: copy to a temporary name, then rename.
 	install -m 0755 "$REPO/spank/build/spank_juice.so" $JUICE_PREFIX/.spank_juice.so.new
 	mv $JUICE_PREFIX/.spank_juice.so.new $JUICE_PREFIX/spank_juice.so
@@ -332,6 +333,7 @@ cmd_wire() {
 	chown $SLURM_USER:$SLURM_USER $JUICE_ETC/hook.secret && chmod 0600 $JUICE_ETC/hook.secret
 	sed -e "s#^JUICE_SLURM_BIN=.*#JUICE_SLURM_BIN=$JUICE_PREFIX/juice-slurm#" \
 		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=http://127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}#" \
+		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$LOG/juice-hooks.log#" \
 		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
 		"$REPO/hooks/juice-config.sh" >$JUICE_ETC/juice-config.sh
 	install -m 0644 "$REPO/hooks/job_submit.lua" /etc/slurm/job_submit.lua

@@ -32,10 +32,19 @@ func runHook(ctx context.Context, which string, args []string) error {
 	prologWait := fs.Duration("prolog-wait", 240*time.Second, "how long the prolog waits for a session; keep it well below srun's give-up time (450s by default)")
 	epilogWait := fs.Duration("epilog-wait", 15*time.Second, "how long the epilog waits for the release")
 	trustComment := fs.Bool("trust-comment", false, "also read the request from SLURM_JOB_COMMENT (default: only the SPANK request)")
+	logFile := fs.String("hook-log", "", "also append progress to this file (slurmctld 22.05 discards the hooks' output)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	h, err := newHookRun(*url, *secretFile, *stateDir, *trustComment)
+	if *logFile != "" {
+		if f, ferr := os.OpenFile(*logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640); ferr == nil {
+			defer f.Close()
+			h.log = f
+		} else {
+			fmt.Fprintf(os.Stderr, "juice: hook log %s: %v\n", *logFile, ferr)
+		}
+	}
 	if err != nil {
 		h.say("%v", err)
 		if which == "epilog" {
@@ -55,6 +64,7 @@ type hookRun struct {
 	run                   reconcile.RunID
 	request, user, part   string
 	client                *http.Client
+	log                   io.Writer // the hook log, or nil
 }
 
 func newHookRun(url, secretFile, stateDir string, trustComment bool) (*hookRun, error) {
@@ -87,7 +97,11 @@ func newHookRun(url, secretFile, stateDir string, trustComment bool) (*hookRun, 
 }
 
 func (h *hookRun) say(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "juice: job %d run %d: %s\n", h.run.JobID, h.run.Run, fmt.Sprintf(format, args...))
+	line := fmt.Sprintf("juice: job %d run %d: %s\n", h.run.JobID, h.run.Run, fmt.Sprintf(format, args...))
+	fmt.Fprint(os.Stderr, line)
+	if h.log != nil {
+		fmt.Fprint(h.log, time.Now().Format(time.RFC3339)+" "+line)
+	}
 }
 
 func (h *hookRun) prolog(ctx context.Context, wait time.Duration) error {

@@ -31,7 +31,9 @@ RUNDIR=$ROOT/juice-run # pid files and logs of the daemons we started (host path
 ENVFILE=$ROOT/env
 CLUSTER=juice$SUITE
 PARTITION=debug
-REST_USER=slurm
+REST_USER=juice        # the user the REST requests are made as (X-SLURM-USER-NAME); not SlurmUser:
+                       # 24.11+ slurmrestd rejects SlurmUser's and root's tokens
+RESTD_USER=juicerestd  # the uid slurmrestd runs as
 PACKAGES="slurmctld slurmd slurm-client slurmrestd munge libslurm-dev gcc"
 
 log() { echo "[slurm-chroot $SUITE] $*" >&2; }
@@ -206,6 +208,13 @@ configure() {
 		head -c 32 /dev/urandom >"$etc/jwt.key"
 	fi
 	in_root chown slurm:slurm /etc/slurm/jwt.key
+	if ! in_root getent passwd $REST_USER >/dev/null; then
+		in_root useradd --create-home --shell /bin/sh $REST_USER
+	fi
+	# slurmrestd refuses root and (since 23.x) SlurmUser: it runs as its own unprivileged user.
+	if ! in_root getent passwd $RESTD_USER >/dev/null; then
+		in_root useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin $RESTD_USER
+	fi
 	chmod 600 "$etc/jwt.key"
 
 	# slurmd -C prints this machine's node line; keep the hardware words, set our own name and memory.
@@ -265,7 +274,9 @@ wait_for() { # description, seconds, command...
 }
 
 node_idle() { in_root sinfo -h -n "$NODE" -o %t | grep -Eq '^(idle|mix|alloc)'; }
-rest_up() { curl -fsS -o /dev/null "http://127.0.0.1:$REST_PORT/openapi/v3"; }
+rest_up() { # any HTTP answer will do (/openapi/v3 wants a token on some releases)
+	[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$REST_PORT/openapi/v3")" != 000 ]
+}
 
 start() {
 	mount_all
@@ -279,7 +290,7 @@ start() {
 	local plugins rest_args=()
 	plugins=$(rest_versions)
 	[ -n "$plugins" ] && rest_args=(-s "$plugins")
-	start_daemon slurmrestd setpriv --reuid=slurm --regid=slurm --clear-groups \
+	start_daemon slurmrestd SLURM_JWT=daemon setpriv --reuid=$RESTD_USER --regid=$RESTD_USER --clear-groups \
 		/usr/sbin/slurmrestd "${rest_args[@]}" -a rest_auth/jwt "127.0.0.1:$REST_PORT"
 	wait_for "slurmrestd on :$REST_PORT" 30 rest_up
 
@@ -301,7 +312,6 @@ JUICE_TESTBED_CLUSTER=$CLUSTER
 JUICE_TESTBED_PARTITION=$PARTITION
 JUICE_TESTBED_NODE=$NODE
 JUICE_TESTBED_CHROOT=$ROOT
-JUICE_TESTBED_SCONTROL=chroot $ROOT scontrol
 EOF
 	chmod 644 "$ENVFILE.tmp"
 	mv "$ENVFILE.tmp" "$ENVFILE"

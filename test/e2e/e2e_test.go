@@ -30,8 +30,12 @@ func sh(t *testing.T, within time.Duration, name string, args ...string) (string
 	defer cancel()
 	c := exec.CommandContext(ctx, name, args...)
 	c.Dir = os.TempDir()
-	// Never SLURM_JWT: srun would switch to auth/jwt (see the notes on Slurm).
-	c.Env = append(os.Environ(), "SLURM_JWT=")
+	// Never SLURM_JWT, even empty: srun would switch to auth/jwt (see the notes on Slurm).
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SLURM_JWT=") {
+			c.Env = append(c.Env, kv)
+		}
+	}
 	out, err := c.CombinedOutput()
 	var ee *exec.ExitError
 	switch {

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# test-compat.sh [RELEASE...]   (RELEASE = 22.05 | 24.11 | 26.05; default: all three)
+#
+# Runs the slurmrest integration suite against a real slurmrestd of each Slurm release, with the
+# newest and the oldest API version that release offers:
+#   22.05  main test bed on the host (test/testbed.sh)     v0.0.38, v0.0.36
+#   24.11  Debian trixie chroot (test/chroot/slurm-chroot.sh) v0.0.42, v0.0.40
+#   26.05  Debian sid chroot                                 v0.0.45, v0.0.42
+# Brings up each test bed it needs (idempotent; the chroots are built once and kept) and leaves them up.
+# Needs root (chroot, mounts). Exit status 0 only when every run passed.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BASE=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
+GO=${GO:-go}
+command -v "$GO" >/dev/null || GO=/usr/local/go/bin/go
+
+releases=("$@")
+[ ${#releases[@]} -gt 0 ] || releases=(22.05 24.11 26.05)
+
+log() { echo "[test-compat] $*" >&2; }
+
+up_testbed() { # release -> prints the env file
+	case "$1" in
+	22.05)
+		if [ ! -s "$BASE/env" ]; then
+			[ -x "$REPO/test/testbed.sh" ] || { log "no $REPO/test/testbed.sh to bring up the main test bed"; return 1; }
+			log "bringing up the main test bed (Slurm 22.05)"
+			"$REPO/test/testbed.sh" up >&2
+		fi
+		echo "$BASE/env"
+		;;
+	24.11)
+		"$HERE/slurm-chroot.sh" up trixie >&2
+		echo "$BASE/chroot-trixie/env"
+		;;
+	26.05)
+		"$HERE/slurm-chroot.sh" up sid >&2
+		echo "$BASE/chroot-sid/env"
+		;;
+	*)
+		log "unknown release $1 (22.05, 24.11 or 26.05)"
+		return 1
+		;;
+	esac
+}
+
+versions_of() {
+	case "$1" in
+	22.05) echo "v0.0.38 v0.0.36" ;;
+	24.11) echo "v0.0.42 v0.0.40" ;;
+	26.05) echo "v0.0.45 v0.0.42" ;;
+	esac
+}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+log "building the integration test binary"
+(cd "$REPO" && "$GO" test -c -tags integration -o "$tmp/slurmrest.test" ./slurmrest/)
+
+declare -a results
+failed=0
+for rel in "${releases[@]}"; do
+	if ! envfile=$(up_testbed "$rel"); then
+		results+=("$rel all FAIL (test bed not up)")
+		failed=1
+		continue
+	fi
+	for v in $(versions_of "$rel"); do
+		log "Slurm $rel, API $v ($envfile)"
+		start=$(date +%s)
+		if (cd "$REPO/slurmrest" && CI=true JUICE_SLURMREST_ENV="$envfile" JUICE_SLURMREST_VERSION="$v" \
+			"$tmp/slurmrest.test" -test.run '^TestIntegration$' -test.count=1 -test.v) >"$tmp/$rel-$v.log" 2>&1; then
+			results+=("$rel $v PASS $(($(date +%s) - start))s")
+		else
+			results+=("$rel $v FAIL $(($(date +%s) - start))s")
+			failed=1
+			grep -E -- '--- (FAIL|PASS|SKIP)|Error:|Messages:|integration_test.go' "$tmp/$rel-$v.log" | head -60 >&2 || true
+		fi
+	done
+done
+
+echo
+printf '%-8s %-9s %s\n' RELEASE API RESULT
+for r in "${results[@]}"; do
+	set -- $r
+	printf '%-8s %-9s %s\n' "$1" "$2" "${*:3}"
+done
+exit $failed
