@@ -24,8 +24,9 @@ JUICE_TESTBED_PROLOG_WAIT=${JUICE_DEMO_PROLOG_WAIT:-15s} bash test/testbed.sh wi
 . "$TB/env"
 mkdir -p "$DEMO" && chmod 0755 "$DEMO"
 
-export JUICE_DATABASE_URL="postgres://juice@127.0.0.1:5433/juice?sslmode=disable"
-export JUICE_CLUSTER=$JUICE_TESTBED_CLUSTER
+# Not exported: sbatch would copy them into every job's environment.
+JUICE_DATABASE_URL="postgres://juice@127.0.0.1:5433/juice?sslmode=disable"
+JUICE_CLUSTER=$JUICE_TESTBED_CLUSTER
 psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname='juice'" | grep -q 1 ||
 	psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -qc "CREATE DATABASE juice OWNER juice"
 
@@ -55,7 +56,9 @@ if ! alive "$RUN/juice-controller.pid"; then
 fi
 until curl -fsS http://127.0.0.1:7171/readyz >/dev/null 2>&1; do sleep 0.2; done
 
-status() { "$BIN/juice-slurm" status; }
+js() { "$BIN/juice-slurm" "$@" --database-url "$JUICE_DATABASE_URL" --cluster "$JUICE_CLUSTER"; }
+status() { js status; }
+reservation_state() { js describe job "$1" 2>/dev/null | sed -n 's/^State: *//p' | tail -1; }
 cd "$DEMO"
 rm -f "$DEMO"/*.out
 
@@ -64,22 +67,21 @@ echo "\$ srun --juice-pool=demo --juice-gpu-count=2 env | grep ^JUICE_"
 srun --juice-pool=demo --juice-gpu-count=2 env | grep ^JUICE_ | sed 's/^/    /'
 
 say "2. A batch job holding 3 GPUs for 40 s, and a 1.5 GiB slice of the fourth"
-hold=$(sbatch --parsable --job-name=hold3 --juice-pool=demo --juice-gpu-count=3 -o "$DEMO/hold3.out" --wrap 'env | grep ^JUICE_; sleep 40')
+hold=$(sbatch --parsable --job-name=hold3 -L juice_demo --juice-pool=demo --juice-gpu-count=3 -o "$DEMO/hold3.out" --wrap 'env | grep ^JUICE_; sleep 40')
+echo "    submitted job $hold (3 GPUs)"
+for _ in $(seq 1 60); do [ "$(reservation_state "$hold")" = ready ] && break; sleep 0.5; done
 slice=$(sbatch --parsable --job-name=slice --juice-pool=demo --juice-vram=1.5 -o "$DEMO/slice.out" --wrap 'env | grep ^JUICE_')
-echo "    submitted jobs $hold (3 GPUs) and $slice (--juice-vram=1.5)"
+echo "    job $hold has its session; submitted job $slice (--juice-vram=1.5)"
 
 say "3. A job that cannot fit now (2 GPUs while 3 of 4 are taken): its prolog gives up, Slurm requeues it,"
 echo "   and it is served once the 3-GPU job ends"
 nofit=$(sbatch --parsable --job-name=nofit --juice-pool=demo --juice-gpu-count=2 -o "$DEMO/nofit.out" --wrap 'env | grep ^JUICE_')
 echo "    submitted job $nofit"
 
-say "4. A job reserved while pending, then cancelled: its session is released"
-cancelme=$(sbatch --parsable --job-name=cancelme --exclusive --juice-pool=test -o /dev/null --wrap true)
-for _ in $(seq 1 30); do
-	"$BIN/juice-slurm" describe job "$cancelme" 2>/dev/null | grep -q '^State: *ready' && break
-	sleep 1
-done
-echo "    job $cancelme: $(squeue -h -j "$cancelme" -o '%T (%r)'), reservation $("$BIN/juice-slurm" describe job "$cancelme" | sed -n 's/^State: *//p')"
+say "4. A job reserved while pending (it waits for a license the 3-GPU job holds), then cancelled: its session is released"
+cancelme=$(sbatch --parsable --job-name=cancelme -L juice_demo --juice-pool=test -o /dev/null --wrap true)
+for _ in $(seq 1 30); do [ "$(reservation_state "$cancelme")" = ready ] && break; sleep 1; done
+echo "    job $cancelme: $(squeue -h -j "$cancelme" -o '%T (%r)'), reservation $(reservation_state "$cancelme")"
 scancel "$cancelme"
 
 say "Watching the runs (juice-slurm status) until the demo jobs are done"
@@ -99,14 +101,16 @@ for f in hold3 slice nofit; do
 	sed 's/^/    /' "$DEMO/$f.out" 2>/dev/null || echo "    (no output)"
 done
 say "The history of job $nofit (requeued until capacity freed)"
-"$BIN/juice-slurm" describe job "$nofit" | sed 's/^/    /'
+js describe job "$nofit" | sed 's/^/    /'
 say "The history of job $cancelme (cancelled while pending)"
-"$BIN/juice-slurm" describe job "$cancelme" | sed 's/^/    /'
+js describe job "$cancelme" | sed 's/^/    /'
 say "Final status"
 status
 cat <<EOF
 
 Everything is still running: Slurm, PostgreSQL, juice-sim (127.0.0.1:7070) and the controller (127.0.0.1:7171).
-Try: srun --juice-pool=demo --juice-gpu-count=2 env | grep JUICE_   and   JUICE_DATABASE_URL=$JUICE_DATABASE_URL JUICE_CLUSTER=$JUICE_CLUSTER $BIN/juice-slurm status
+Try: srun --juice-pool=demo --juice-gpu-count=2 env | grep JUICE_
+     JUICE_DATABASE_URL='$JUICE_DATABASE_URL' JUICE_CLUSTER=$JUICE_CLUSTER $BIN/juice-slurm status
+Logs: $LOG/juice-controller.log, $LOG/juice-sim.log, $LOG/juice-hooks.log, $LOG/slurm/
 Stop everything with: make testbed-down
 EOF

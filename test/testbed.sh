@@ -156,6 +156,8 @@ MailProg=/bin/true
 ReturnToService=2
 SchedulerParameters=sched_interval=2
 MinJobAge=300
+# One license the demo uses to keep a job pending (eligible, waiting for Licenses) for as long as it likes.
+Licenses=juice_demo:1
 KillWait=5
 # Slow prologs: slurmctld waits for ever unless this is set; the juice prolog's own wait is shorter.
 PrologEpilogTimeout=300
@@ -163,7 +165,13 @@ Include $WIRING_CONF
 $node NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
-	mv "$SLURM_CONF.new" "$SLURM_CONF"
+	if ! cmp -s "$SLURM_CONF.new" "$SLURM_CONF"; then
+		mv "$SLURM_CONF.new" "$SLURM_CONF"
+		# A running slurmctld keeps its old config until told.
+		alive "$RUN/slurmctld.pid" && { log "slurm.conf changed: reconfiguring"; scontrol reconfigure || true; }
+	else
+		rm -f "$SLURM_CONF.new"
+	fi
 	# Debian's plugstack.conf includes plugstack.conf.d/*.conf.
 	install -d /etc/slurm/plugstack.conf.d
 	[ -e /etc/slurm/plugstack.conf ] || echo "include /etc/slurm/plugstack.conf.d/*.conf" >/etc/slurm/plugstack.conf
