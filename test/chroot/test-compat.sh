@@ -56,6 +56,9 @@ versions_of() {
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+LOGS=$BASE/test-compat # one log per run, kept for a look after a failure
+mkdir -p "$LOGS"
+stamp=$(date -u +%Y%m%dT%H%M%S)
 log "building the integration test binary"
 (cd "$REPO" && "$GO" test -c -tags integration -o "$tmp/slurmrest.test" ./slurmrest/)
 
@@ -71,12 +74,12 @@ for rel in "${releases[@]}"; do
 		log "Slurm $rel, API $v ($envfile)"
 		start=$(date +%s)
 		if (cd "$REPO/slurmrest" && CI=true JUICE_SLURMREST_ENV="$envfile" JUICE_SLURMREST_VERSION="$v" \
-			"$tmp/slurmrest.test" -test.run '^TestIntegration$' -test.count=1 -test.v) >"$tmp/$rel-$v.log" 2>&1; then
+			"$tmp/slurmrest.test" -test.run '^TestIntegration$' -test.count=1 -test.v) >"$LOGS/$stamp-$rel-$v.log" 2>&1; then
 			results+=("$rel $v PASS $(($(date +%s) - start))s")
 		else
-			results+=("$rel $v FAIL $(($(date +%s) - start))s")
+			results+=("$rel $v FAIL $(($(date +%s) - start))s (log: $LOGS/$stamp-$rel-$v.log)")
 			failed=1
-			grep -E -- '--- (FAIL|PASS|SKIP)|Error:|Messages:|integration_test.go' "$tmp/$rel-$v.log" | head -60 >&2 || true
+			grep -E -- '--- (FAIL|PASS|SKIP)|Error:|Messages:|integration_test.go' "$LOGS/$stamp-$rel-$v.log" | head -60 >&2 || true
 		fi
 	done
 done

@@ -1,0 +1,125 @@
+package slurmrest
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// TokenSource gives the JWT sent as X-SLURM-USER-TOKEN. It is asked before every request, so an
+// implementation can pick up a rotated token without a restart.
+type TokenSource interface {
+	Token(ctx context.Context) (string, error)
+}
+
+// TokenSourceFunc adapts a function to TokenSource.
+type TokenSourceFunc func(ctx context.Context) (string, error)
+
+// Token implements TokenSource.
+func (f TokenSourceFunc) Token(ctx context.Context) (string, error) { return f(ctx) }
+
+// StaticToken always returns tok.
+func StaticToken(tok string) TokenSource {
+	tok = cleanToken(tok)
+	return TokenSourceFunc(func(context.Context) (string, error) { return tok, nil })
+}
+
+// EnvToken reads the token from the environment variable name at every request.
+// Do not use SLURM_JWT for it in a shell that also runs srun/sbatch (they would switch to auth/jwt).
+func EnvToken(name string) TokenSource {
+	return TokenSourceFunc(func(context.Context) (string, error) {
+		tok := cleanToken(os.Getenv(name))
+		if tok == "" {
+			return "", fmt.Errorf("slurmrest: environment variable %s is empty: %w", name, ErrUnauthorized)
+		}
+		return tok, nil
+	})
+}
+
+// FileToken reads the token from a file and reads it again whenever the file's size or modification
+// time changes, so the token can be rotated by rewriting the file. The file holds the bare JWT or
+// `SLURM_JWT=<jwt>` as printed by `scontrol token`.
+func FileToken(path string) *FileTokenSource {
+	return &FileTokenSource{path: path}
+}
+
+// FileTokenSource is the TokenSource returned by FileToken.
+type FileTokenSource struct {
+	path string
+
+	mu      sync.Mutex
+	size    int64
+	modTime time.Time
+	token   string
+	loaded  bool
+}
+
+// Token implements TokenSource.
+func (f *FileTokenSource) Token(context.Context) (string, error) {
+	st, err := os.Stat(f.path)
+	if err != nil {
+		return "", fmt.Errorf("slurmrest: token file: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.loaded && st.Size() == f.size && st.ModTime().Equal(f.modTime) {
+		return f.token, nil
+	}
+	b, err := os.ReadFile(f.path)
+	if err != nil {
+		return "", fmt.Errorf("slurmrest: token file: %w", err)
+	}
+	tok := cleanToken(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("slurmrest: token file %s is empty: %w", f.path, ErrUnauthorized)
+	}
+	f.token, f.size, f.modTime, f.loaded = tok, st.Size(), st.ModTime(), true
+	return tok, nil
+}
+
+// Invalidate makes the next Token call read the file again.
+func (f *FileTokenSource) Invalidate() {
+	f.mu.Lock()
+	f.loaded = false
+	f.mu.Unlock()
+}
+
+func cleanToken(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndex(s, "SLURM_JWT="); i >= 0 {
+		s = s[i+len("SLURM_JWT="):]
+		if j := strings.IndexAny(s, " \t\r\n"); j >= 0 {
+			s = s[:j]
+		}
+	}
+	return strings.TrimSpace(s)
+}
+
+// jwtExpiry returns the exp claim of a JWT, without checking its signature (slurmctld does that).
+// ok is false when the token is not a JWT with an exp claim.
+func jwtExpiry(tok string) (exp time.Time, ok bool) {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims struct {
+		Exp json.Number `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == "" {
+		return time.Time{}, false
+	}
+	n, err := claims.Exp.Int64()
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(n, 0), true
+}

@@ -1,0 +1,65 @@
+package slurmrest_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+)
+
+func fakeJWT(exp time.Time) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." +
+		enc([]byte(fmt.Sprintf(`{"exp":%d,"iat":%d,"sun":"juice"}`, exp.Unix(), time.Now().Unix()))) + "." +
+		enc([]byte("signature"))
+}
+
+func TestFileTokenRotation(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(path, []byte("first\n"), 0o600))
+	ts := slurmrest.FileToken(path)
+	tok, err := ts.Token(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "first", tok)
+
+	// Same size, new mtime: re-read.
+	require.NoError(t, os.WriteFile(path, []byte("other\n"), 0o600))
+	future := time.Now().Add(2 * time.Second)
+	require.NoError(t, os.Chtimes(path, future, future))
+	tok, err = ts.Token(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "other", tok)
+
+	// scontrol token's own format.
+	require.NoError(t, os.WriteFile(path, []byte("SLURM_JWT=eyJ.abc.def\n"), 0o600))
+	tok, err = ts.Token(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "eyJ.abc.def", tok)
+
+	require.NoError(t, os.WriteFile(path, []byte("\n"), 0o600))
+	_, err = ts.Token(ctx)
+	assert.ErrorIs(t, err, slurmrest.ErrUnauthorized)
+
+	require.NoError(t, os.Remove(path))
+	_, err = ts.Token(ctx)
+	assert.Error(t, err)
+}
+
+func TestEnvToken(t *testing.T) {
+	t.Setenv("JUICE_TEST_TOKEN", " abc \n")
+	tok, err := slurmrest.EnvToken("JUICE_TEST_TOKEN").Token(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "abc", tok)
+	t.Setenv("JUICE_TEST_TOKEN", "")
+	_, err = slurmrest.EnvToken("JUICE_TEST_TOKEN").Token(context.Background())
+	assert.ErrorIs(t, err, slurmrest.ErrUnauthorized)
+}
