@@ -62,6 +62,33 @@ stamp=$(date -u +%Y%m%dT%H%M%S)
 log "building the integration test binary"
 (cd "$REPO" && "$GO" test -c -tags integration -o "$tmp/slurmrest.test" ./slurmrest/)
 
+# spank_check RELEASE SUITE: the SPANK plugin builds against that release's spank.h, loads into its srun, and
+# srun --help lists the options. The plugstack entry is removed again afterwards.
+spank_check() {
+	local rel=$1 root=$BASE/chroot-$2 inc=$tmp/inc-$1 build=$tmp/build-$1
+	mkdir -p "$inc/slurm" "$root/tmp/juice-spank"
+	cp "$root"/usr/include/slurm/{spank,slurm_errno,slurm_version}.h "$inc/slurm/"
+	make -s -C "$REPO/spank" SLURM_INCLUDE="$inc" BUILD="$build" >"$LOGS/$stamp-$rel-spank.log" 2>&1 || return 1
+	install -m 0755 "$build/spank_juice.so" "$root/tmp/juice-spank/spank_juice.so"
+	(umask 077 && openssl rand -hex 32 >"$root/tmp/juice-spank/cluster.key")
+	mkdir -p "$root/etc/slurm/plugstack.conf.d"
+	[ -e "$root/etc/slurm/plugstack.conf" ] || echo "include /etc/slurm/plugstack.conf.d/*.conf" >"$root/etc/slurm/plugstack.conf"
+	echo "required /tmp/juice-spank/spank_juice.so /usr/bin/juice /tmp/juice-spank key=/tmp/juice-spank/cluster.key" \
+		>"$root/etc/slurm/plugstack.conf.d/juice.conf"
+	local help rc=0
+	help=$(chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin srun --help 2>&1) || true
+	echo "$help" >>"$LOGS/$stamp-$rel-spank.log"
+	for opt in --juice-pool --juice-gpu-count --juice-vram; do
+		grep -q -- "$opt" <<<"$help" || { log "Slurm $rel: srun --help does not list $opt"; rc=1; }
+	done
+	local bad
+	bad=$(chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin srun --juice-pool=test --juice-gpu-count=0 true 2>&1) && rc=1
+	grep -q 'juice: invalid --juice-gpu-count "0"' <<<"$bad" || { log "Slurm $rel: a bad value was not refused: $bad"; rc=1; }
+	rm -f "$root/etc/slurm/plugstack.conf.d/juice.conf"
+	rm -rf "$root/tmp/juice-spank"
+	return $rc
+}
+
 declare -a results
 failed=0
 for rel in "${releases[@]}"; do
@@ -69,6 +96,15 @@ for rel in "${releases[@]}"; do
 		results+=("$rel all FAIL (test bed not up)")
 		failed=1
 		continue
+	fi
+	case $rel in 24.11) suite=trixie ;; 26.05) suite=sid ;; *) suite= ;; esac
+	if [ -n "$suite" ]; then
+		if spank_check "$rel" "$suite"; then
+			results+=("$rel spank PASS (built against its spank.h; srun --help lists the options; bad value refused)")
+		else
+			results+=("$rel spank FAIL (log: $LOGS/$stamp-$rel-spank.log)")
+			failed=1
+		fi
 	fi
 	for v in $(versions_of "$rel"); do
 		log "Slurm $rel, API $v ($envfile)"
