@@ -60,11 +60,11 @@ demo:
 bench: testbed-up build
 	bash test/bench.sh
 
-chaos: testbed-up build
-	bash test/chaos.sh full
+chaos: testbed-wire
+	go run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s -out test/results/chaos.md
 
-chaos-short: testbed-up build
-	bash test/chaos.sh short
+chaos-short: testbed-wire
+	go run ./test/chaos -jobs 60 -kills 4 -rest-outage 15s
 
 FUZZTIME ?= 30s
 fuzz:

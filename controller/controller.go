@@ -82,6 +82,8 @@ type Controller struct {
 
 	queue   atomic.Pointer[Queue[uuid.UUID]]
 	crashed atomic.Bool // set by tests: stop as a killed replica would, leaving the lease to expire
+	written sync.Map    // reservation id → the version of the reconciler's last write
+	poller  atomic.Pointer[Poller]
 	// Listener, when set, is used by the hook API instead of listening on HookListen (tests).
 	Listener net.Listener
 }
@@ -94,7 +96,16 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.Juice = InstrumentJuice(c.Juice, c.Metrics)
 	hub := &Hub{Pool: c.Store.Pool(), Log: c.Log.WithName("notify")}
-	hub.OnAny(func(id uuid.UUID) {
+	hub.OnAny(func(id uuid.UUID, version int64) {
+		if p := c.poller.Load(); p != nil {
+			p.Kick()
+		}
+		// The reconciler's own writes come back as notifications too; the pass that wrote has already
+		// decided what comes next, so only other writers' changes (the poller, hooks, admins, other
+		// replicas) need a pass.
+		if v, ok := c.written.Load(id); ok && v.(int64) == version {
+			return
+		}
 		if q := c.queue.Load(); q != nil {
 			q.Add(id)
 		}
@@ -139,9 +150,18 @@ func (c *Controller) lead(ctx context.Context) {
 	c.queue.Store(q)
 	defer c.queue.Store(nil)
 	rc := &Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"), Metrics: c.Metrics,
-		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck}
+		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck,
+		Saved: func(r *reconcile.Reservation) {
+			if r.State.Final() {
+				c.written.Delete(r.ID) // nothing more comes of it: keep the map as small as the open set
+			} else {
+				c.written.Store(r.ID, r.Version)
+			}
+		}}
 	p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
 		TrustComment: c.Config.TrustComment, Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: q.Add}
+	c.poller.Store(p)
+	defer c.poller.Store(nil)
 	var wg sync.WaitGroup
 	for i := 0; i < c.Config.Workers; i++ {
 		wg.Add(1)

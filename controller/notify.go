@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +27,7 @@ type Hub struct {
 
 	mu   sync.Mutex
 	subs map[uuid.UUID]map[chan struct{}]struct{}
-	any  []func(uuid.UUID)
+	any  []func(id uuid.UUID, version int64)
 }
 
 // Subscribe returns a channel that receives a value whenever reservation id changes (coalesced: one pending
@@ -52,14 +53,14 @@ func (h *Hub) Subscribe(id uuid.UUID) (<-chan struct{}, func()) {
 	}
 }
 
-// OnAny calls f for every change of any reservation (f must not block).
-func (h *Hub) OnAny(f func(uuid.UUID)) {
+// OnAny calls f for every change of any reservation, with the row's version after it (f must not block).
+func (h *Hub) OnAny(f func(id uuid.UUID, version int64)) {
 	h.mu.Lock()
 	h.any = append(h.any, f)
 	h.mu.Unlock()
 }
 
-func (h *Hub) notify(id uuid.UUID) {
+func (h *Hub) notify(id uuid.UUID, version int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for ch := range h.subs[id] {
@@ -69,7 +70,7 @@ func (h *Hub) notify(id uuid.UUID) {
 		}
 	}
 	for _, f := range h.any {
-		f(id)
+		f(id, version)
 	}
 }
 
@@ -122,9 +123,19 @@ func (h *Hub) listen(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		idText, _, _ := strings.Cut(n.Payload, " ")
-		if id, err := uuid.Parse(idText); err == nil {
-			h.notify(id)
+		// "<id> <state> <version>"
+		f := strings.Fields(n.Payload)
+		if len(f) == 0 {
+			continue
 		}
+		id, err := uuid.Parse(f[0])
+		if err != nil {
+			continue
+		}
+		var version int64
+		if len(f) == 3 {
+			version, _ = strconv.ParseInt(f[2], 10, 64)
+		}
+		h.notify(id, version)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -48,7 +49,16 @@ type Poller struct {
 	snapshot map[uint32]slurmrest.Job // the Juice jobs of the last listing that changed
 	begun    map[reconcile.RunID]bool // runs already let go by BeginNow
 	settled  map[reconcile.RunID]bool // wanted runs whose reservation is final (failed): nothing more to create
+	quiet    int                      // polls in a row that found Slurm unchanged and skipped the comparison
+	kicked   atomic.Bool              // a reservation changed: compare at the next poll even if Slurm did not
 }
+
+// Kick makes the next poll compare Slurm with the reservations even if Slurm reports no change: a reservation
+// changed (a requeued run's session became ready, say, and the run may begin now).
+func (p *Poller) Kick() { p.kicked.Store(true) }
+
+// quietPolls is how many unchanged listings in a row may skip the comparison with the reservations.
+const quietPolls = 14
 
 // Poll observes once.
 func (p *Poller) Poll(ctx context.Context) error {
@@ -61,6 +71,13 @@ func (p *Poller) Poll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("poll slurmrestd: %w", err)
 	}
+	// Nothing changed in Slurm: the comparison below would find what the last one found, so it is skipped, but
+	// not for ever: the look-ahead window moves with time, and a purged job may not touch the listing.
+	if list.Unchanged && p.snapshot != nil && p.quiet < quietPolls && !p.kicked.Swap(false) {
+		p.quiet++
+		return nil
+	}
+	p.quiet = 0
 	if !list.Unchanged || p.snapshot == nil {
 		p.snapshot = map[uint32]slurmrest.Job{}
 		for _, j := range list.Jobs {

@@ -24,6 +24,7 @@ type Queue[K comparable] struct {
 	processing map[K]bool
 	dirty      map[K]bool // added while processing
 	delayed    delayHeap[K]
+	waiting    map[K]time.Time // the one time each delayed key is due: the earliest asked for
 	failures   map[K]int
 	shutdown   bool
 	wake       chan struct{}
@@ -34,7 +35,7 @@ type Queue[K comparable] struct {
 // NewQueue starts a queue; ctx ends its timer goroutine.
 func NewQueue[K comparable](ctx context.Context, base, max time.Duration) *Queue[K] {
 	q := &Queue[K]{
-		queued: map[K]bool{}, processing: map[K]bool{}, dirty: map[K]bool{}, failures: map[K]int{},
+		queued: map[K]bool{}, processing: map[K]bool{}, dirty: map[K]bool{}, failures: map[K]int{}, waiting: map[K]time.Time{},
 		wake: make(chan struct{}, 1), BaseDelay: base, MaxDelay: max,
 	}
 	q.cond = sync.NewCond(&q.mu)
@@ -65,14 +66,21 @@ func (q *Queue[K]) addLocked(k K) {
 	q.cond.Signal()
 }
 
-// AddAfter queues k once d has passed.
+// AddAfter queues k once d has passed. A key waits once: asked again, it keeps the earlier of the two times, so
+// periodic requeues from several paths (a pass, a resync, a notification) never multiply into several timers.
 func (q *Queue[K]) AddAfter(k K, d time.Duration) {
 	if d <= 0 {
 		q.Add(k)
 		return
 	}
+	at := time.Now().Add(d)
 	q.mu.Lock()
-	heap.Push(&q.delayed, delayed[K]{key: k, at: time.Now().Add(d)})
+	if prev, ok := q.waiting[k]; ok && !prev.After(at) {
+		q.mu.Unlock()
+		return
+	}
+	q.waiting[k] = at
+	heap.Push(&q.delayed, delayed[K]{key: k, at: at})
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -144,6 +152,13 @@ func (q *Queue[K]) Done(k K) {
 	}
 }
 
+// Waiting is the number of keys delayed.
+func (q *Queue[K]) Waiting() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiting)
+}
+
 // Len is the number of keys ready now.
 func (q *Queue[K]) Len() int {
 	q.mu.Lock()
@@ -167,7 +182,12 @@ func (q *Queue[K]) timers(ctx context.Context) {
 		q.mu.Lock()
 		now := time.Now()
 		for q.delayed.Len() > 0 && !q.delayed[0].at.After(now) {
-			q.addLocked(heap.Pop(&q.delayed).(delayed[K]).key)
+			d := heap.Pop(&q.delayed).(delayed[K])
+			// An entry superseded by an earlier time for the same key was already served.
+			if at, ok := q.waiting[d.key]; ok && at.Equal(d.at) {
+				delete(q.waiting, d.key)
+				q.addLocked(d.key)
+			}
 		}
 		wait := time.Hour
 		if q.delayed.Len() > 0 {

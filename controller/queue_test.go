@@ -55,3 +55,20 @@ func TestQueueDelaysAndBackoff(t *testing.T) {
 		_, ok = q.Get()
 	}
 }
+
+// A key asked to wait several times waits once, for the earliest time: periodic requeues never multiply.
+func TestQueueAddAfterKeepsOneTimerPerKey(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := NewQueue[string](ctx, time.Millisecond, time.Second)
+	q.AddAfter("k", time.Hour)
+	q.AddAfter("k", 30*time.Millisecond)
+	q.AddAfter("k", time.Hour)
+	require.Equal(t, 1, q.Waiting())
+	k, _ := q.Get()
+	require.Equal(t, "k", k)
+	q.Done("k")
+	require.Equal(t, 0, q.Waiting(), "the later times were superseded, not kept")
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, 0, q.Len())
+}

@@ -33,6 +33,9 @@ type Reconciler struct {
 	// ReadyCheck is how often a ready session is checked to be still alive.
 	ReadyCheck time.Duration
 	Now        func() time.Time
+	// Saved, when set, hears of every write this reconciler made, so that the notification of its own write
+	// does not bring the reservation straight back into the queue.
+	Saved func(r *reconcile.Reservation)
 }
 
 // Result tells the work queue when to look at the reservation again; zero means only when something changes.
@@ -115,7 +118,8 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *reconcile.Re
 				return Result{}, true, err
 			}
 			rc.Metrics.observeReady(r)
-			return Result{}, false, nil
+			// Just seen active: the first check that it is still alive is due in ReadyCheck, not now.
+			return Result{RequeueAfter: rc.ReadyCheck}, true, nil
 		case s.Ended():
 			return Result{}, false, rc.apply(ctx, log, r, reconcile.EventClosed,
 				fmt.Sprintf("the Juice Controller ended session %s (%s) before it became active", s.ID, s.State))
@@ -165,6 +169,9 @@ func (rc *Reconciler) apply(ctx context.Context, log logr.Logger, r *reconcile.R
 	}
 	if err := rc.Store.Save(ctx, r, &t); err != nil {
 		return err
+	}
+	if rc.Saved != nil {
+		rc.Saved(r)
 	}
 	log.Info("reservation moved", "from", t.From, "to", t.To, "reason", reason)
 	return nil

@@ -3,11 +3,16 @@ package reconcile
 // Every SQL statement of the project, in one place.
 
 // NotifyChannel is the LISTEN/NOTIFY channel on which every change of a reservation is announced, with the
-// payload "<reservation id> <state>". Waiting prologs on any replica and the leader's work queue listen on it.
+// payload "<reservation id> <state> <version>". Waiting prologs on any replica and the leader's work queue listen
+// on it.
 const NotifyChannel = "juice_reservations"
 
 const reservationColumns = `id, cluster, job_id, run, request, user_name, partition, state, reason, fail_reason,
 	wanted, requested, session_id, agent_address, sealed, job_state, created_at, updated_at, ready_at, version`
+
+// reservationColumnsBrief reads the same columns but leaves the sealed session file out.
+const reservationColumnsBrief = `id, cluster, job_id, run, request, user_name, partition, state, reason, fail_reason,
+	wanted, requested, session_id, agent_address, NULL::bytea AS sealed, job_state, created_at, updated_at, ready_at, version`
 
 const (
 	sqlMigrationsTable = `CREATE TABLE IF NOT EXISTS juice_schema_migrations (
@@ -32,14 +37,23 @@ const (
 	sqlByID  = `SELECT ` + reservationColumns + ` FROM juice_reservations WHERE id = $1`
 	sqlByJob = `SELECT ` + reservationColumns + ` FROM juice_reservations
 		WHERE cluster = $1 AND job_id = $2 ORDER BY run, created_at`
-	sqlOpen = `SELECT ` + reservationColumns + ` FROM juice_reservations
+	// Open rows are read on every poll: without the sealed session file, which only the prolog needs.
+	sqlOpen = `SELECT ` + reservationColumnsBrief + ` FROM juice_reservations
 		WHERE state NOT IN ('released', 'failed') ORDER BY created_at`
-	// A write is based on the version the writer read; a row changed meanwhile is left alone (ErrConflict).
-	sqlUpdateReservation = `UPDATE juice_reservations SET
-		state = $3, reason = $4, fail_reason = $5, wanted = $6, requested = $7, session_id = $8, agent_address = $9,
-		sealed = $10, job_state = $11, ready_at = $12, updated_at = now(), version = version + 1
-		WHERE id = $1 AND version = $2
-		RETURNING updated_at, version`
+	// A write is based on the version the writer read; a row changed meanwhile is left alone (no row comes
+	// back: ErrConflict). The update, its event (when $13 names one) and the notification are one statement, so
+	// one round trip and one implicit transaction: a state change is the hot path of every reservation.
+	sqlSaveReservation = `WITH u AS (
+			UPDATE juice_reservations SET
+				state = $3, reason = $4, fail_reason = $5, wanted = $6, requested = $7, session_id = $8,
+				agent_address = $9, sealed = $10, job_state = $11, ready_at = $12, updated_at = now(), version = version + 1
+			WHERE id = $1 AND version = $2
+			RETURNING id, state, updated_at, version),
+		e AS (
+			INSERT INTO juice_events (reservation_id, from_state, to_state, event, reason)
+			SELECT u.id, $14, u.state, $13, $15 FROM u WHERE $13::text IS NOT NULL)
+		SELECT u.updated_at, u.version, pg_notify('` + NotifyChannel + `', u.id::text || ' ' || u.state || ' ' || u.version)
+		FROM u`
 	sqlInsertEvent = `INSERT INTO juice_events (reservation_id, from_state, to_state, event, reason)
 		VALUES ($1, $2, $3, $4, $5)`
 	sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', $1)`

@@ -25,7 +25,7 @@ type Store interface {
 	// ForRun returns the run's live reservation, or else its latest released one.
 	ForRun(ctx context.Context, run RunID) (Reservation, error)
 	ForJob(ctx context.Context, cluster string, jobID uint32) ([]Reservation, error)
-	// Open lists the reservations that are not final.
+	// Open lists the reservations that are not final, without their sealed session files (Sealed is nil).
 	Open(ctx context.Context) ([]Reservation, error)
 	// Save writes r (read at r.Version) and, when t is not nil, the transition as an event; it announces the
 	// change on NotifyChannel. A row changed by someone else since r was read gives ErrConflict.
@@ -140,7 +140,7 @@ func (s *PGStore) Ensure(ctx context.Context, nr NewReservation) (Reservation, b
 		if _, err := tx.Exec(ctx, sqlInsertEvent, r.ID, "", StatePending, "created", nr.Reason); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, sqlNotify, r.ID.String()+" "+string(r.State))
+		_, err = tx.Exec(ctx, sqlNotify, fmt.Sprintf("%s %s %d", r.ID, r.State, r.Version))
 		return err
 	})
 	if err != nil {
@@ -189,23 +189,18 @@ func (s *PGStore) Save(ctx context.Context, r *Reservation, t *Transition) error
 	if !r.ReadyAt.IsZero() {
 		readyAt = &r.ReadyAt
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, sqlUpdateReservation, r.ID, r.Version, r.State, r.Reason, r.FailReason, r.Wanted,
-			r.Requested, r.SessionID, r.AgentAddress, r.Sealed, r.JobState, readyAt).Scan(&r.UpdatedAt, &r.Version)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrConflict
-		}
-		if err != nil {
-			return err
-		}
-		if t != nil {
-			if _, err := tx.Exec(ctx, sqlInsertEvent, r.ID, t.From, t.To, t.Event, t.Reason); err != nil {
-				return err
-			}
-		}
-		_, err = tx.Exec(ctx, sqlNotify, r.ID.String()+" "+string(r.State))
-		return err
-	})
+	var event, from, reason *string
+	if t != nil {
+		ev, fr := string(t.Event), string(t.From)
+		event, from, reason = &ev, &fr, &t.Reason
+	}
+	var notified string
+	err := s.pool.QueryRow(ctx, sqlSaveReservation, r.ID, r.Version, r.State, r.Reason, r.FailReason, r.Wanted,
+		r.Requested, r.SessionID, r.AgentAddress, r.Sealed, r.JobState, readyAt, event, from, reason).
+		Scan(&r.UpdatedAt, &r.Version, &notified)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = ErrConflict
+	}
 	if err != nil {
 		return fmt.Errorf("save reservation %s of %s: %w", r.ID, r.Run, err)
 	}

@@ -1,0 +1,461 @@
+// Command chaos runs many Juice jobs through the real test bed while it breaks things: the controller is killed
+// with -9 again and again, PostgreSQL is restarted, the simulator answers with errors and latency, and
+// slurmrestd is stopped for a while. At the end it prints the figures and fails unless no session leaked, no run
+// ever had two sessions, and every job completed (a requeued one with the reason of each earlier run recorded).
+//
+//	go run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s     (make chaos)
+//	go run ./test/chaos -jobs 60 -kills 4 -rest-outage 15s       (make chaos-short, in CI)
+//
+// It needs the test bed up and wired (make testbed-wire) and the binaries built; it uses the test bed's ports
+// 7070 (simulator) and 7171 (hook API), so it never runs beside the e2e suite.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
+)
+
+const (
+	simAddr  = "127.0.0.1:7070"
+	hookAddr = "127.0.0.1:7171"
+	simToken = "m2m_chaos_token_not_secret"
+)
+
+type chaos struct {
+	env        testbed.Env
+	repo, dir  string
+	dbURL      string
+	controller *exec.Cmd
+	slurm      *slurmrest.Client
+	store      *reconcile.PGStore
+	kills      int
+	restarts   []time.Duration // controller down time per kill
+}
+
+func main() {
+	jobs := flag.Int("jobs", 60, "jobs to submit")
+	kills := flag.Int("kills", 4, "times the controller is killed with -9")
+	outage := flag.Duration("rest-outage", 15*time.Second, "how long slurmrestd is stopped")
+	errRate := flag.Float64("error-rate", 0.2, "fraction of simulator requests answered 500")
+	latency := flag.Duration("latency", 200*time.Millisecond, "latency added to every simulator request")
+	timeout := flag.Duration("timeout", 25*time.Minute, "give up after this long")
+	out := flag.String("out", "", "also write the figures to this file")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := run(ctx, *jobs, *kills, *outage, *errRate, *latency, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: FAILED:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Printf("[chaos %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate float64, latency time.Duration, out string) error {
+	env, err := testbed.Load(testbed.EnvFile())
+	if err != nil {
+		return fmt.Errorf("the test bed is not up: %w", err)
+	}
+	c := &chaos{env: env, repo: env.Get("JUICE_TESTBED_REPO")}
+	if c.dir, err = os.MkdirTemp("", "juice-chaos-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(c.dir)
+	url, drop, err := testbed.CreateDatabase(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	c.dbURL = url
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	c.store = reconcile.NewPGStore(pool)
+	if c.slurm, err = slurmrest.New(slurmrest.Config{BaseURL: env.SlurmrestdURL(), UserName: env.SlurmUser(),
+		TokenSource: slurmrest.FileToken(env.TokenFile())}); err != nil {
+		return err
+	}
+	for _, name := range []string{"juice-controller", "juice-sim"} {
+		stopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
+	}
+
+	// The simulator, with its faults from the start.
+	tokenFile := filepath.Join(c.dir, "juice.token")
+	if err := os.WriteFile(tokenFile, []byte(simToken+"\n"), 0o600); err != nil {
+		return err
+	}
+	simCfg := filepath.Join(c.dir, "sim.json")
+	if err := os.WriteFile(simCfg, []byte(`{"tick": "100ms", "activateDelay": "100ms", "cancelDelay": "100ms",
+		"pools": [{"id": "test", "agents": [{"count": 4, "gpus": 8, "vram": "80GiB"}]}]}`), 0o644); err != nil {
+		return err
+	}
+	sim := exec.Command(filepath.Join(c.repo, "bin/juice-sim"), "--listen", simAddr, "--token-file", tokenFile,
+		"--config", simCfg, "--fault-error-rate", fmt.Sprint(errRate), "--fault-latency", latency.String(), "--log-format", "json")
+	if err := startLogged(sim, filepath.Join(c.dir, "sim.log")); err != nil {
+		return err
+	}
+	defer stopProcess(sim)
+	if err := waitHTTP("http://"+simAddr+"/healthz", 20*time.Second); err != nil {
+		return err
+	}
+	ctlLog := filepath.Join(env.Get("JUICE_TESTBED_DIR"), "log", "chaos-controller.log")
+	_ = os.Remove(ctlLog)
+	startCtl := func() error {
+		cmd := exec.Command(filepath.Join(c.repo, "bin/juice-slurm"), "controller",
+			"--cluster", env.Cluster(), "--database-url", c.dbURL,
+			"--slurmrestd-url", env.SlurmrestdURL(), "--slurm-user", env.SlurmUser(), "--slurm-token-file", env.TokenFile(),
+			"--juice-url", "http://"+simAddr, "--juice-token-file", tokenFile,
+			"--cluster-key", "/etc/juice-slurm/cluster.key", "--hook-secret", "/etc/juice-slurm/hook.secret",
+			"--hook-listen", hookAddr, "--poll-interval", "500ms", "--session-poll", "200ms", "--lease-ttl", "3s",
+			"--sweep-interval", "15s", "--log-format", "json")
+		if err := startLogged(cmd, ctlLog); err != nil {
+			return err
+		}
+		c.controller = cmd
+		return nil
+	}
+	if err := startCtl(); err != nil {
+		return err
+	}
+	defer func() { stopProcess(c.controller) }()
+	if err := waitHTTP("http://"+hookAddr+"/readyz", 60*time.Second); err != nil {
+		return err
+	}
+
+	start := time.Now()
+	logf("submitting %d jobs", nJobs)
+	var ids []uint32
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	for i := 0; i < nJobs; i++ {
+		args := []string{"--parsable", "--requeue", "-o", "/dev/null", "--job-name", fmt.Sprintf("chaos-%d", i), "--juice-pool=test"}
+		switch rng.IntN(3) {
+		case 0:
+			args = append(args, "--juice-gpu-count=2")
+		case 1:
+			args = append(args, "--juice-vram=1.5")
+		}
+		args = append(args, "--wrap", fmt.Sprintf("test -n \"$JUICE_SESSION_ID\" || exit 42; sleep %d", 1+rng.IntN(3)))
+		id, err := sbatch(ctx, args)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	logf("submitted jobs %d..%d in %s", ids[0], ids[len(ids)-1], time.Since(start).Round(time.Millisecond))
+
+	// The disturbances, spread over the run: kills every few seconds, PostgreSQL restarted after the second
+	// kill, slurmrestd stopped after the third.
+	tb := filepath.Join(c.repo, "test/testbed.sh")
+	restRun := filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", "slurmrestd.pid")
+	pgRestarted, restStopped := false, false
+	var restBack time.Time
+	for k := 0; k < nKills && ctx.Err() == nil; k++ {
+		time.Sleep(time.Duration(3000+rng.IntN(4000)) * time.Millisecond)
+		logf("kill -9 the controller (%d of %d)", k+1, nKills)
+		_ = c.controller.Process.Signal(syscall.SIGKILL)
+		_, _ = c.controller.Process.Wait()
+		down := time.Now()
+		time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond)
+		if err := startCtl(); err != nil {
+			return err
+		}
+		c.kills++
+		if err := waitHTTP("http://"+hookAddr+"/healthz", 30*time.Second); err != nil {
+			return err
+		}
+		c.restarts = append(c.restarts, time.Since(down))
+		if k == 1 && !pgRestarted {
+			logf("restarting PostgreSQL")
+			if out, err := exec.Command("setpriv", "--reuid=postgres", "--regid=postgres", "--clear-groups",
+				"/usr/lib/postgresql/15/bin/pg_ctl", "-D", filepath.Join(env.Get("JUICE_TESTBED_DIR"), "pg/data"),
+				// -l: the restarted server must not inherit our pipe, or waiting for the output never ends.
+				"-l", filepath.Join(env.Get("JUICE_TESTBED_DIR"), "log/pg/postgres.log"),
+				"-m", "fast", "-w", "restart").CombinedOutput(); err != nil {
+				return fmt.Errorf("restart PostgreSQL: %v: %s", err, out)
+			}
+			pgRestarted = true
+			if out, err := exec.Command("bash", tb, "up").CombinedOutput(); err != nil {
+				return fmt.Errorf("test bed after the PostgreSQL restart: %v: %s", err, out)
+			}
+		}
+		if k == 2 && !restStopped {
+			logf("stopping slurmrestd for %s", outage)
+			stopPidFile(restRun)
+			restStopped = true
+			restBack = time.Now().Add(outage)
+		}
+		if restStopped && !restBack.IsZero() && time.Now().After(restBack) {
+			logf("starting slurmrestd again")
+			if out, err := exec.Command("bash", tb, "up").CombinedOutput(); err != nil {
+				return fmt.Errorf("restart slurmrestd: %v: %s", err, out)
+			}
+			restBack = time.Time{}
+		}
+	}
+	if !restBack.IsZero() {
+		time.Sleep(time.Until(restBack))
+		logf("starting slurmrestd again")
+		if out, err := exec.Command("bash", tb, "up").CombinedOutput(); err != nil {
+			return fmt.Errorf("restart slurmrestd: %v: %s", err, out)
+		}
+	}
+
+	logf("waiting for every job to finish")
+	states := map[uint32]*slurmrest.Job{}
+	for lastLog := time.Now(); ; {
+		done := 0
+		for _, id := range ids {
+			if j, ok := states[id]; ok && j.State.IsFinished() {
+				done++
+				continue
+			}
+			j, err := c.slurm.GetJob(ctx, id)
+			if errors.Is(err, slurmrest.ErrNotFound) {
+				// Purged after MinJobAge before we saw its end: counted, and reported as not seen completed.
+				states[id] = &slurmrest.Job{ID: id, State: "PURGED_UNSEEN"}
+				done++
+				continue
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("jobs not finished in time: %d of %d done", done, len(ids))
+				}
+				if time.Since(lastLog) > 10*time.Second {
+					logf("job %d: %v", id, err)
+				}
+				continue
+			}
+			states[id] = j
+			if j.State.IsFinished() {
+				done++
+			}
+		}
+		if done == len(ids) {
+			break
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			logf("%d of %d jobs finished", done, len(ids))
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("jobs not finished in time: %d of %d done", done, len(ids))
+		case <-time.After(time.Second):
+		}
+	}
+	logf("all jobs finished after %s; waiting for every reservation to settle", time.Since(start).Round(time.Second))
+	for settle := time.Now(); ; {
+		open, err := c.store.Open(ctx)
+		if err == nil && len(open) == 0 {
+			break
+		}
+		if time.Since(settle) > 2*time.Minute {
+			return fmt.Errorf("%d reservations still open 2 minutes after the last job", len(open))
+		}
+		time.Sleep(time.Second)
+	}
+	return c.verify(ctx, ids, states, start, pgRestarted, restStopped, outage, errRate, latency, out)
+}
+
+func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slurmrest.Job, start time.Time,
+	pgRestarted, restStopped bool, outage time.Duration, errRate float64, latency time.Duration, out string) error {
+	sessions, err := simSessions()
+	if err != nil {
+		return err
+	}
+	sessionsByKey := map[string][]juiceapi.Session{}
+	for _, s := range sessions {
+		sessionsByKey[s.IdempotencyKey] = append(sessionsByKey[s.IdempotencyKey], s)
+	}
+	var problems []string
+	leaked, twoSessions, requeued, runs, failedRuns := 0, 0, 0, 0, 0
+	var notCompleted []string
+	for _, s := range sessions {
+		if !s.Ended() {
+			leaked++
+			problems = append(problems, fmt.Sprintf("session %s (%s, key %s) leaked", s.ID, s.State, s.IdempotencyKey))
+		}
+	}
+	for _, id := range ids {
+		j := states[id]
+		if j.State != slurmrest.StateCompleted {
+			notCompleted = append(notCompleted, fmt.Sprintf("%d:%s", id, j.State))
+		}
+		if j.Run > 0 {
+			requeued++
+		}
+		rs, err := c.store.ForJob(ctx, c.env.Cluster(), id)
+		if err != nil {
+			return err
+		}
+		perRun := map[int]int{}
+		for _, r := range rs {
+			runs++
+			perRun[r.Run.Run] += len(sessionsByKey[r.ID.String()])
+			if r.State == reconcile.StateFailed {
+				failedRuns++
+			}
+			if r.Reason == "" {
+				problems = append(problems, fmt.Sprintf("job %d run %d: no reason recorded", id, r.Run.Run))
+			}
+		}
+		for run, n := range perRun {
+			if n > 1 {
+				twoSessions++
+				problems = append(problems, fmt.Sprintf("job %d run %d had %d sessions", id, run, n))
+			}
+		}
+	}
+	if len(notCompleted) > 0 {
+		problems = append(problems, fmt.Sprintf("%d jobs did not complete: %s", len(notCompleted), strings.Join(notCompleted, " ")))
+	}
+	var maxDown time.Duration
+	for _, d := range c.restarts {
+		maxDown = max(maxDown, d)
+	}
+	report := fmt.Sprintf(`## Chaos run (%s)
+
+| figure | value |
+|---|---|
+| jobs | %d (completed: %d, requeued at least once: %d) |
+| reservations (runs) | %d (failed: %d) |
+| simulator sessions | %d (leaked: %d) |
+| runs with two sessions | %d |
+| controller kill -9 | %d (longest restart to healthy: %s) |
+| PostgreSQL restarted | %v |
+| slurmrestd stopped | %v (%s) |
+| simulator faults | %.0f%% errors, %s added latency |
+| wall time | %s |
+`, time.Now().Format(time.DateTime), len(ids), len(ids)-len(notCompleted), requeued, runs, failedRuns, len(sessions), leaked,
+		twoSessions, c.kills, maxDown.Round(time.Millisecond), pgRestarted, restStopped, outage, errRate*100, latency,
+		time.Since(start).Round(time.Second))
+	fmt.Println()
+	fmt.Print(report)
+	if out != "" {
+		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
+			return err
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%d problems:\n  %s", len(problems), strings.Join(problems, "\n  "))
+	}
+	fmt.Println("\nchaos: PASS: 0 leaked sessions, 0 runs with two sessions, every job completed")
+	return nil
+}
+
+func sbatch(ctx context.Context, args []string) (uint32, error) {
+	cmd := exec.CommandContext(ctx, "sbatch", args...)
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("sbatch %v: %v: %s", args, err, out)
+	}
+	id, err := strconv.ParseUint(strings.TrimSpace(strings.Split(string(out), ";")[0]), 10, 32)
+	return uint32(id), err
+}
+
+// cleanEnv drops SLURM_JWT: with it, sbatch would switch to auth/jwt.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SLURM_JWT=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func simSessions() ([]juiceapi.Session, error) {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+simAddr+"/admin/sessions", nil)
+	req.Header.Set("Authorization", "Bearer "+simToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out []juiceapi.Session
+	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+func startLogged(c *exec.Cmd, logPath string) error {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	c.Stdout, c.Stderr = f, f
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return c.Start()
+}
+
+func stopProcess(c *exec.Cmd) {
+	if c == nil || c.Process == nil {
+		return
+	}
+	_ = c.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _, _ = c.Process.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = c.Process.Kill()
+		<-done
+	}
+}
+
+func stopPidFile(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return
+	}
+	if syscall.Kill(pid, syscall.SIGTERM) == nil {
+		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	_ = os.Remove(path)
+}
+
+func waitHTTP(url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s: %v", url, within, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
