@@ -29,8 +29,9 @@ unit:
 	$(GO) test -count=1 ./...
 
 # Everything CI runs: the test bed comes up first (installing what is missing), then the C and Go suites
-# against the real daemons, then the Slurm 24.11 and 26.05 compatibility runs.
-test: testbed-up build test-spank test-go test-e2e test-compat
+# against the real daemons, the end-to-end suite and a short chaos run on the wired cluster, then the Slurm
+# 24.11 and 26.05 compatibility runs.
+test: testbed-up build test-spank test-go test-e2e chaos-short test-compat
 	@echo "make test: all suites passed"
 
 test-spank:
@@ -57,7 +58,7 @@ testbed-down:
 demo:
 	bash test/demo.sh
 
-bench: testbed-up build
+bench: testbed-wire
 	bash test/bench.sh
 
 chaos: testbed-wire

@@ -20,41 +20,14 @@ say "Building juice-slurm, juice-sim and the SPANK plugin"
 make --no-print-directory build >/dev/null
 say "Wiring juice-slurm into Slurm (plugstack, job_submit.lua, PrologSlurmctld/EpilogSlurmctld)"
 JUICE_TESTBED_PROLOG_WAIT=${JUICE_DEMO_PROLOG_WAIT:-15s} bash test/testbed.sh wire
+say "Starting juice-sim (pool 'demo': one agent of 4 GPUs x 24 GiB; pool 'test') and the juice-slurm controller"
+bash test/testbed.sh services
 # shellcheck disable=SC1091
 . "$TB/env"
-mkdir -p "$DEMO" && chmod 0755 "$DEMO"
-
 # Not exported: sbatch would copy them into every job's environment.
-JUICE_DATABASE_URL="postgres://juice@127.0.0.1:5433/juice?sslmode=disable"
+JUICE_DATABASE_URL=$JUICE_TESTBED_DEMO_DB_URL
 JUICE_CLUSTER=$JUICE_TESTBED_CLUSTER
-psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname='juice'" | grep -q 1 ||
-	psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -qc "CREATE DATABASE juice OWNER juice"
-
-say "Starting juice-sim: pool 'demo' with one agent of 4 GPUs x 24 GiB (and pool 'test')"
-(umask 077 && [ -s "$DEMO/juice.token" ] || echo "m2m_demo_$(openssl rand -hex 12)" >"$DEMO/juice.token")
-cat >"$DEMO/sim.json" <<'EOF'
-{"tick": "500ms", "activateDelay": "1s", "cancelDelay": "500ms",
- "pools": [{"id": "demo", "agents": [{"gpus": 4, "vram": "24GiB", "gpuName": "NVIDIA L4", "hostname": "gpu-host-1"}]},
-           {"id": "test", "agents": [{"count": 2, "gpus": 8, "vram": "80GiB"}]}]}
-EOF
-if ! alive "$RUN/juice-sim.pid"; then
-	setsid "$BIN/juice-sim" --listen 127.0.0.1:7070 --token-file "$DEMO/juice.token" --config "$DEMO/sim.json" \
-		</dev/null >>"$LOG/juice-sim.log" 2>&1 &
-	echo $! >"$RUN/juice-sim.pid"
-fi
-until curl -fsS http://127.0.0.1:7070/healthz >/dev/null 2>&1; do sleep 0.2; done
-
-say "Starting the juice-slurm controller (hook API on 127.0.0.1:7171)"
-if ! alive "$RUN/juice-controller.pid"; then
-	setsid "$BIN/juice-slurm" controller --cluster "$JUICE_CLUSTER" --database-url "$JUICE_DATABASE_URL" \
-		--slurmrestd-url "$JUICE_TESTBED_SLURMRESTD_URL" --slurm-user "$JUICE_TESTBED_SLURM_USER" \
-		--slurm-token-file "$JUICE_TESTBED_TOKEN_FILE" --juice-url http://127.0.0.1:7070 \
-		--juice-token-file "$DEMO/juice.token" --cluster-key /etc/juice-slurm/cluster.key \
-		--hook-secret /etc/juice-slurm/hook.secret --hook-listen 127.0.0.1:7171 --poll-interval 1s \
-		</dev/null >>"$LOG/juice-controller.log" 2>&1 &
-	echo $! >"$RUN/juice-controller.pid"
-fi
-until curl -fsS http://127.0.0.1:7171/readyz >/dev/null 2>&1; do sleep 0.2; done
+mkdir -p "$DEMO" && chmod 0755 "$DEMO"
 
 js() { "$BIN/juice-slurm" "$@" --database-url "$JUICE_DATABASE_URL" --cluster "$JUICE_CLUSTER"; }
 status() { js status; }

@@ -5,6 +5,7 @@
 #   test/testbed.sh up       install what is missing, write the configs, start every daemon, wait, write the env file
 #   test/testbed.sh wire     (after up) load the SPANK plugin, job_submit.lua and the slurmctld prolog/epilog hooks
 #   test/testbed.sh unwire   take them out again
+#   test/testbed.sh services (after wire) start juice-sim and the juice-slurm controller as the demo runs them
 #   test/testbed.sh down     stop exactly the daemons this script started, by pid
 #   test/testbed.sh status   say what runs
 #
@@ -373,11 +374,48 @@ restart_slurm() {
 	start_slurm
 }
 
+# services: juice-sim (pool "demo": one agent of 4 GPUs x 24 GiB; pool "test": 2 agents of 8 x 80 GiB) on
+# 127.0.0.1:7070, and the controller on the hook address the wiring uses, with a database "juice".
+cmd_services() {
+	local demo=$TB/demo db="postgres://juice@127.0.0.1:$PGPORT/juice?sslmode=disable"
+	[ -x "$REPO/bin/juice-slurm" ] && [ -x "$REPO/bin/juice-sim" ] || die "bin/ is missing: run make build"
+	install -d -m 0755 "$demo"
+	psql -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname='juice'" | grep -q 1 ||
+		psql -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -qc "CREATE DATABASE juice OWNER juice"
+	[ -s "$demo/juice.token" ] || (umask 077 && echo "m2m_demo_$(openssl rand -hex 12)" >"$demo/juice.token")
+	cat >"$demo/sim.json" <<'EOF'
+{"tick": "500ms", "activateDelay": "1s", "cancelDelay": "500ms",
+ "pools": [{"id": "demo", "agents": [{"gpus": 4, "vram": "24GiB", "gpuName": "NVIDIA L4", "hostname": "gpu-host-1"}]},
+           {"id": "test", "agents": [{"count": 2, "gpus": 8, "vram": "80GiB"}]}]}
+EOF
+	if ! alive "$RUN/juice-sim.pid"; then
+		log "starting juice-sim on 127.0.0.1:7070"
+		setsid "$REPO/bin/juice-sim" --listen 127.0.0.1:7070 --token-file "$demo/juice.token" --config "$demo/sim.json" \
+			</dev/null >>"$LOG/juice-sim.log" 2>&1 &
+		echo $! >"$RUN/juice-sim.pid"
+	fi
+	wait_for juice-sim 20 curl -fsS http://127.0.0.1:7070/healthz
+	local hook=127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}
+	if ! alive "$RUN/juice-controller.pid"; then
+		log "starting the juice-slurm controller (hook API on $hook)"
+		setsid "$REPO/bin/juice-slurm" controller --cluster $CLUSTER --database-url "$db" \
+			--slurmrestd-url "http://127.0.0.1:$REST_PORT" --slurm-user $SLURM_USER --slurm-token-file "$TB/slurm-token" \
+			--juice-url http://127.0.0.1:7070 --juice-token-file "$demo/juice.token" --cluster-key $JUICE_ETC/cluster.key \
+			--hook-secret $JUICE_ETC/hook.secret --hook-listen "$hook" --poll-interval 1s \
+			</dev/null >>"$LOG/juice-controller.log" 2>&1 &
+		echo $! >"$RUN/juice-controller.pid"
+	fi
+	wait_for "the controller" 60 curl -fsS "http://$hook/readyz"
+	grep -q '^JUICE_TESTBED_DEMO_DB_URL=' "$TB/env" || echo "JUICE_TESTBED_DEMO_DB_URL=$db" >>"$TB/env"
+	log "services up: juice-sim 127.0.0.1:7070, controller $hook (logs in $LOG)"
+}
+
 case ${1:-} in
 up) cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
 wire) cmd_wire ;;
+services) cmd_services ;;
 unwire) cmd_unwire ;;
-*) echo "usage: $0 up|down|status|wire|unwire" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|status|wire|unwire|services" >&2; exit 2 ;;
 esac

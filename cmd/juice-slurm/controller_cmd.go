@@ -80,15 +80,15 @@ func runController(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := waitFor(ctx, log.WithName("startup"), "slurmrestd", func(ctx context.Context) error {
-		v, err := slurm.Negotiate(ctx)
-		if err == nil {
-			log.Info("slurmrestd API version", "version", v)
-		}
-		return err
-	}); err != nil {
-		return err
+	// slurmrestd being down must not keep the hook API down: prologs are served from PostgreSQL alone. So the
+	// version is negotiated here if slurmrestd answers, and otherwise at the first poll that reaches it.
+	nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if v, err := slurm.Negotiate(nctx); err != nil {
+		log.Error(err, "slurmrestd does not answer yet; starting anyway, polls retry")
+	} else {
+		log.Info("slurmrestd API version", "version", v)
 	}
+	cancel()
 	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: *juiceURL, TokenFile: *juiceToken, Log: log.WithName("juice")})
 	if err != nil {
 		return err

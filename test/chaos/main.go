@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -102,6 +103,11 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		stopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
 	}
 
+	for _, addr := range []string{simAddr, hookAddr} {
+		if err := portFree(addr); err != nil {
+			return err
+		}
+	}
 	// The simulator, with its faults from the start.
 	tokenFile := filepath.Join(c.dir, "juice.token")
 	if err := os.WriteFile(tokenFile, []byte(simToken+"\n"), 0o600); err != nil {
@@ -440,6 +446,16 @@ func stopPidFile(path string) {
 		}
 	}
 	_ = os.Remove(path)
+}
+
+// portFree fails when something already listens on addr: a leftover simulator or controller would answer in
+// place of the one this run starts, and the run would test the wrong processes.
+func portFree(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s is taken (a leftover juice-sim or controller? stop it first): %w", addr, err)
+	}
+	return ln.Close()
 }
 
 func waitHTTP(url string, within time.Duration) error {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -78,6 +79,11 @@ func runAll(m *testing.M) int {
 		stopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
 	}
 
+	for _, addr := range []string{simAddr, hookAddr} {
+		if err := portFree(addr); err != nil {
+			return fail("%v", err)
+		}
+	}
 	world.simToken = filepath.Join(dir, "juice.token")
 	must(os.WriteFile(world.simToken, []byte(simToken+"\n"), 0o600))
 	simCfg := filepath.Join(dir, "sim.json")
@@ -175,6 +181,16 @@ func stopPidFile(path string) {
 		}
 	}
 	_ = os.Remove(path)
+}
+
+// portFree fails when something already listens on addr: a leftover simulator or controller would answer in
+// place of the one this run starts, and the run would test the wrong processes.
+func portFree(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s is taken (a leftover juice-sim or controller? stop it first): %w", addr, err)
+	}
+	return ln.Close()
 }
 
 func waitHTTP(url string, within time.Duration) error {

@@ -1,0 +1,432 @@
+// Package bench holds juice-slurm's benchmarks that need no Slurm (issue 7: P1, P3, P5, P6) and its Go
+// micro-benchmarks. Each benchmark builds the real pieces the way production wires them — a controller.Controller
+// on a fresh PostgreSQL database of the test bed, a pgxpool with its default size, the Juice HTTP client against an
+// in-process juicesim at zero delays — and replaces only Slurm, by a scripted listing (FakeSlurm), since P2 and P4
+// are measured on the real cluster elsewhere.
+//
+// The driver is cmd/juice-bench; nothing here asserts on time: figures are reported, targets are compared in the
+// report.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/juice-slurm/juice-slurm/controller"
+	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
+)
+
+// Cluster is the cluster name every benchmark's runs carry.
+const Cluster = "bench"
+
+// Request is the canonical request of every benchmark job (what SPANK_JUICE_REQUEST carries).
+const Request = "juice:v1:pool=test,gpus=1"
+
+const juiceToken = "m2m_juice_bench_token_0123456789"
+
+// World is one benchmark's environment: its own database, store and (optionally) simulator.
+type World struct {
+	DBURL     string
+	Pool      *pgxpool.Pool
+	Store     *reconcile.PGStore
+	Sim       *juicesim.Server // nil when the simulator runs elsewhere (P5's child)
+	Juice     *juiceapi.HTTPClient
+	TokenFile string
+	Slurm     *FakeSlurm
+	Key       []byte
+	Secret    []byte
+	Dir       string // a temporary directory the world removes on Close
+
+	closers []func()
+}
+
+// WorldConfig says what a world needs.
+type WorldConfig struct {
+	// GPUs is the simulator's capacity in pool "test" (agents of 8 GPUs); 0 starts no simulator.
+	GPUs int
+	// DBURL reuses an existing database (P5's child); empty creates a fresh one on the test bed.
+	DBURL string
+	// SimURL points the Juice client at a simulator in another process (P5's child).
+	SimURL string
+	// PoolMaxConns, when set, overrides pgxpool's default size (max(4, NumCPU)), to show what the pool bounds.
+	PoolMaxConns int
+}
+
+// NewWorld builds a world; Close drops its database and stops its simulator.
+func NewWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
+	w := &World{Slurm: NewFakeSlurm(), Key: []byte("0123456789abcdef0123456789abcdef"),
+		Secret: []byte("hook-secret-for-the-benchmarks-0123")}
+	var err error
+	if w.Dir, err = os.MkdirTemp("", "juice-bench-"); err != nil {
+		return nil, err
+	}
+	w.closers = append(w.closers, func() { os.RemoveAll(w.Dir) })
+	w.DBURL = cfg.DBURL
+	if w.DBURL == "" {
+		env, err := testbed.Load(testbed.EnvFile())
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("the test bed is not up (bash test/testbed.sh up): %w", err)
+		}
+		url, drop, err := testbed.CreateDatabase(ctx, env)
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		w.DBURL = url
+		w.closers = append(w.closers, func() { _ = drop() })
+	}
+	// pgxpool.New with the URL as is: the same pool the production controller builds (cmd/juice-slurm), whose
+	// default size (max(4, NumCPU) = 4 connections here) is part of what is measured.
+	poolURL := w.DBURL
+	if cfg.PoolMaxConns > 0 {
+		sep := "?"
+		if strings.Contains(poolURL, "?") {
+			sep = "&"
+		}
+		poolURL += fmt.Sprintf("%spool_max_conns=%d", sep, cfg.PoolMaxConns)
+	}
+	if w.Pool, err = pgxpool.New(ctx, poolURL); err != nil {
+		w.Close()
+		return nil, err
+	}
+	w.closers = append(w.closers, w.Pool.Close)
+	w.Store = reconcile.NewPGStore(w.Pool)
+	if err := w.Store.Migrate(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	w.TokenFile = filepath.Join(w.Dir, "juice.token")
+	if err := os.WriteFile(w.TokenFile, []byte(juiceToken+"\n"), 0o600); err != nil {
+		w.Close()
+		return nil, err
+	}
+	simURL := cfg.SimURL
+	if cfg.GPUs > 0 {
+		agents := (cfg.GPUs + 7) / 8
+		// Zero timing: the simulator assigns and activates a session within the POST that creates it, so what is
+		// measured is juice-slurm, not the simulated controller's tick.
+		w.Sim, err = juicesim.StartServer(juicesim.Config{Token: juiceToken,
+			Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", agents, 8, 80*juiceapi.GiB)}}, logr.Discard())
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		w.closers = append(w.closers, func() { w.Sim.Close() })
+		simURL = w.Sim.URL
+	}
+	if simURL != "" {
+		if w.Juice, err = newJuice(simURL, w.TokenFile); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// Close undoes NewWorld, last thing first.
+func (w *World) Close() {
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		w.closers[i]()
+	}
+	w.closers = nil
+}
+
+// SecretFile writes the hook secret to a 0600 file (the hook refuses a looser one) and returns its path.
+func (w *World) SecretFile() (string, error) {
+	p := filepath.Join(w.Dir, "hook.secret")
+	return p, os.WriteFile(p, append(append([]byte{}, w.Secret...), '\n'), 0o600)
+}
+
+// Running is a controller started by StartController.
+type Running struct {
+	C       *controller.Controller
+	Metrics *controller.Metrics
+	URL     string // the hook API
+	stop    func()
+}
+
+// Stop ends the controller and waits for it.
+func (r *Running) Stop() { r.stop() }
+
+// StartController runs one replica in this process. cfg's zero fields take the production defaults, except
+// the cluster, the holder and the hook listener (a free port: 7171 belongs to the lead's end-to-end tests).
+func (w *World) StartController(cfg controller.Config) (*Running, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Cluster = Cluster
+	if cfg.Holder == "" {
+		cfg.Holder = "bench"
+	}
+	if cfg.Lookahead == (reconcile.Lookahead{}) {
+		cfg.Lookahead = reconcile.DefaultLookahead
+	}
+	// A metrics registry without the store: its by-state collector runs a query per scrape, and the benchmarks
+	// scrape only counters.
+	m := controller.NewMetrics(nil)
+	c := &controller.Controller{Config: cfg, Store: w.Store, Slurm: w.Slurm, Juice: w.Juice, Key: w.Key,
+		Secret: w.Secret, Log: logr.Discard(), Metrics: m, Listener: ln}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	var once sync.Once
+	return &Running{C: c, Metrics: m, URL: "http://" + ln.Addr().String(),
+		stop: func() { once.Do(func() { cancel(); <-done }) }}, nil
+}
+
+// Counter sums the samples of a counter or the sample counts of a histogram in a registry, over the series
+// whose labels include every pair in match.
+func Counter(m *controller.Metrics, name string, match ...string) float64 {
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		return -1
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, s := range mf.Metric {
+			for i := 0; i+1 < len(match); i += 2 {
+				if !hasLabel(s, match[i], match[i+1]) {
+					continue next
+				}
+			}
+			switch {
+			case s.Counter != nil:
+				sum += s.Counter.GetValue()
+			case s.Histogram != nil:
+				sum += float64(s.Histogram.GetSampleCount())
+			case s.Gauge != nil:
+				sum += s.Gauge.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func hasLabel(m *dto.Metric, k, v string) bool {
+	for _, l := range m.Label {
+		if l.GetName() == k && l.GetValue() == v {
+			return true
+		}
+	}
+	return false
+}
+
+// EnsureRuns registers n pending, wanted reservations for jobs first..first+n-1 (run 0), the way the poller or a
+// prolog would, with par writers at once.
+func (w *World) EnsureRuns(ctx context.Context, first uint32, n, par int) error {
+	req, err := reconcile.ParseRequest(Request)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, par)
+	for p := 0; p < par; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := p; i < n; i += par {
+				run := reconcile.RunID{Cluster: Cluster, JobID: first + uint32(i)}
+				if _, _, err := w.Store.Ensure(ctx, reconcile.NewReservation{Run: run, Request: req, UserName: "alice",
+					Partition: "debug", JobState: "RUNNING", Reason: "benchmark"}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// ReadyWatcher counts reservations reaching a state from the NOTIFY channel, on a connection of its own: it
+// sees each commit as the controller's hub does, without polling the table.
+type ReadyWatcher struct {
+	mu    sync.Mutex
+	seen  map[string]bool
+	times []time.Time
+	conn  *pgx.Conn
+	done  chan struct{}
+	state string
+}
+
+// WatchState starts counting reservations that reach state.
+func WatchState(ctx context.Context, dbURL, state string) (*ReadyWatcher, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+reconcile.NotifyChannel); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	rw := &ReadyWatcher{seen: map[string]bool{}, conn: conn, done: make(chan struct{}), state: state}
+	go func() {
+		defer close(rw.done)
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				return
+			}
+			id, st, _ := strings.Cut(n.Payload, " ")
+			if st != state {
+				continue
+			}
+			rw.mu.Lock()
+			if !rw.seen[id] {
+				rw.seen[id] = true
+				rw.times = append(rw.times, time.Now())
+			}
+			rw.mu.Unlock()
+		}
+	}()
+	return rw, nil
+}
+
+// WaitFor returns the time the n-th distinct reservation reached the state, or an error at the deadline.
+func (rw *ReadyWatcher) WaitFor(n int, within time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(within)
+	for {
+		rw.mu.Lock()
+		got := len(rw.times)
+		var at time.Time
+		if got >= n {
+			at = rw.times[n-1]
+		}
+		rw.mu.Unlock()
+		if got >= n {
+			return at, nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("only %d of %d reservations reached %s within %s", got, n, rw.state, within)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Close stops watching (the context given to WatchState must end too).
+func (rw *ReadyWatcher) Close() { rw.conn.Close(context.Background()) }
+
+// FakeSlurm is a scripted slurmrestd, as in controller/harness_test.go: the jobs the benchmark sets, and the
+// update_time rule of the real one (a listing with nothing changed since `since` is Unchanged).
+type FakeSlurm struct {
+	mu      sync.Mutex
+	jobs    map[uint32]slurmrest.Job
+	changed time.Time
+	Lists   int
+}
+
+// NewFakeSlurm has no jobs.
+func NewFakeSlurm() *FakeSlurm {
+	return &FakeSlurm{jobs: map[uint32]slurmrest.Job{}, changed: time.Now()}
+}
+
+// SetRunning lists jobs first..first+n-1 as RUNNING Juice jobs (run 0).
+func (f *FakeSlurm) SetRunning(first uint32, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	for i := 0; i < n; i++ {
+		id := first + uint32(i)
+		f.jobs[id] = slurmrest.Job{ID: id, State: slurmrest.StateRunning, StateReason: "None", UserName: "alice",
+			Partition: "debug", AdminComment: Request, Comment: Request, Priority: 100, Batch: true, SubmitTime: now}
+	}
+	f.changed = f.changed.Add(time.Second)
+}
+
+func (f *FakeSlurm) ListJobs(_ context.Context, since time.Time) (slurmrest.JobList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Lists++
+	if !since.IsZero() && !f.changed.After(since) {
+		return slurmrest.JobList{Unchanged: true, LastUpdate: since}, nil
+	}
+	l := slurmrest.JobList{LastUpdate: f.changed, Jobs: make([]slurmrest.Job, 0, len(f.jobs))}
+	for _, j := range f.jobs {
+		l.Jobs = append(l.Jobs, j)
+	}
+	return l, nil
+}
+
+func (f *FakeSlurm) GetJob(_ context.Context, id uint32) (*slurmrest.Job, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.jobs[id]
+	if !ok {
+		return nil, slurmrest.ErrNotFound
+	}
+	return &j, nil
+}
+
+func (f *FakeSlurm) UpdateJob(_ context.Context, id uint32, _ slurmrest.JobUpdate) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.jobs[id]; !ok {
+		return slurmrest.ErrNotFound
+	}
+	return nil
+}
+
+// Stats summarises durations.
+type Stats struct {
+	N                       int
+	Min, P50, P90, P99, Max time.Duration
+	Mean                    time.Duration
+}
+
+// Summarise sorts ds (in place) and takes its quantiles (nearest rank).
+func Summarise(ds []time.Duration) Stats {
+	if len(ds) == 0 {
+		return Stats{}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	q := func(p float64) time.Duration {
+		i := int(p*float64(len(ds))+0.999999) - 1
+		if i < 0 {
+			i = 0
+		}
+		if i >= len(ds) {
+			i = len(ds) - 1
+		}
+		return ds[i]
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return Stats{N: len(ds), Min: ds[0], P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: ds[len(ds)-1],
+		Mean: sum / time.Duration(len(ds))}
+}
+
+// Ms formats a duration in milliseconds with two decimals.
+func Ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+// newJuice is the production client with its defaults (as cmd/juice-slurm builds it), pointed at a simulator.
+func newJuice(url, tokenFile string) (*juiceapi.HTTPClient, error) {
+	return juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: url, TokenFile: tokenFile})
+}
