@@ -31,7 +31,7 @@ unit:
 # Everything CI runs: the test bed comes up first (installing what is missing), then the C and Go suites
 # against the real daemons, the end-to-end suite and a short chaos run on the wired cluster, then the Slurm
 # 24.11 and 26.05 compatibility runs.
-test: testbed-up build test-spank test-go test-e2e chaos-short test-compat
+test: testbed-up build lint test-spank test-go test-e2e chaos-short test-compat
 	@echo "make test: all suites passed"
 
 test-spank:
@@ -72,11 +72,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseVRAM -fuzztime $(FUZZTIME) ./juiceapi/
 	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime $(FUZZTIME) ./reconcile/
 	$(GO) test -run '^$$' -fuzz FuzzOpenSession -fuzztime $(FUZZTIME) ./reconcile/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeJobs -fuzztime $(FUZZTIME) ./slurmrest/
 
 lint:
-	$(GO) vet ./...
+	$(GO) vet -tags e2e,integration ./...
 	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck -tags e2e,integration ./...
 
 clean:
 	rm -rf $(BIN)

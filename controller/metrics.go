@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
 )
@@ -51,7 +52,7 @@ func NewMetrics(store reconcile.Store) *Metrics {
 			Name: "juice_slurm_polls_total", Help: "Polls of slurmrestd, by result."}, []string{"result"}),
 	}
 	m.Registry.MustRegister(m.reconcileDuration, m.reconcileErrors, m.submitToReady, m.prologWait, m.slurmRequests,
-		m.juiceRequests, m.leader, m.polls, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		m.juiceRequests, m.leader, m.polls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if store != nil {
 		m.Registry.MustRegister(&stateCollector{store: store, desc: prometheus.NewDesc("juice_slurm_reservations",
 			"Reservations by pool and state.", []string{"pool", "state"}, nil)})

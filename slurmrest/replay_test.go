@@ -210,7 +210,7 @@ func TestReplayJobs(t *testing.T) {
 			c, _ = newReplay(t, rc.release, v, map[string]string{"DELETE /job/{id}": "cancel_finished"})
 			require.NoError(t, c.CancelJob(ctx, 1))
 
-			c, rs = newReplay(t, rc.release, v, map[string]string{"POST /job/submit": "submit_held"})
+			c, _ = newReplay(t, rc.release, v, map[string]string{"POST /job/submit": "submit_held"})
 			id, err := c.SubmitJob(ctx, slurmrest.JobSubmission{Script: "#!/bin/sh\ntrue\n", Hold: true, Comment: "juice:rec"})
 			require.NoError(t, err, "a held submission succeeds")
 			assert.Equal(t, jobID(t, rc.release+"-"+v, "submit_held"), id)
