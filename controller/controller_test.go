@@ -173,6 +173,10 @@ func TestHookAPI(t *testing.T) {
 	h := newHarness(t)
 	c, _ := h.startController("a", Config{})
 	base := "http://" + c.Listener.Addr().String()
+	// Job 42 is CONFIGURING: its prolog runs. Its listing carries no request (say job_submit.lua is missing), so
+	// only the prolog can register it.
+	j42 := juiceJob(42, 0, slurmrest.StateConfiguring, "")
+	h.slurm.set(j42)
 	post := func(path, secret string, in any) (int, map[string]any) {
 		b, _ := json.Marshal(in)
 		req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(b))

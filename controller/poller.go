@@ -166,10 +166,9 @@ func (p *Poller) observe(ctx context.Context, r *reconcile.Reservation) error {
 		case err != nil:
 			return fmt.Errorf("confirm job %d: %w", r.Run.JobID, err)
 		}
+		// Found: a listing older than the prolog that registered the run, or a job whose admin_comment does not
+		// carry the request (job_submit.lua missing) although its prolog did. Either way it lives.
 		j = *got
-		if _, ok := p.request(&j); !ok {
-			return p.unwant(ctx, r, fmt.Sprintf("job %d no longer carries a Juice request", j.ID), string(j.State))
-		}
 	}
 	switch {
 	case j.Run > r.Run.Run:
