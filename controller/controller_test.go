@@ -226,3 +226,35 @@ func TestNoCapacityFailsWithReason(t *testing.T) {
 	require.Contains(t, r.FailReason, "cannot ever fit 8 GPUs from pool test")
 	require.Empty(t, h.liveSessions())
 }
+
+// The sweep cancels a session that carries one of our keys but whose reservation let go of it (here: a release
+// recorded without the cancel reaching the controller), and leaves sessions it does not know alone.
+func TestSweepCancelsOrphans(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	run := reconcile.RunID{Cluster: "c1", JobID: 3}
+	r, _, err := h.store.Ensure(ctx, reconcile.NewReservation{Run: run, Request: reconcile.Request{Pool: "test", GPUs: 1}})
+	require.NoError(t, err)
+	rc := h.reconciler(nil)
+	for i := 0; i < 4 && r.State != reconcile.StateReady; i++ {
+		_, err = rc.Reconcile(ctx, r.ID)
+		require.NoError(t, err)
+		r, _ = h.store.Get(ctx, r.ID)
+	}
+	require.Equal(t, reconcile.StateReady, r.State)
+	// Released in the database, but the session was never cancelled.
+	for _, ev := range []reconcile.Event{reconcile.EventUnwanted, reconcile.EventClosed} {
+		tr, err := reconcile.Apply(&r, ev, "test", time.Now())
+		require.NoError(t, err)
+		require.NoError(t, h.store.Save(ctx, &r, &tr))
+	}
+	foreign, err := h.juice.RequestSession(ctx, uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 1})
+	require.NoError(t, err)
+	require.Len(t, h.liveSessions(), 2)
+
+	require.NoError(t, Sweep(ctx, h.store, h.juice, h.log))
+	live := h.liveSessions()
+	require.Len(t, live, 1, "the orphan is cancelled")
+	require.Equal(t, foreign, live[0].ID, "a session with a key we do not know is left alone")
+}

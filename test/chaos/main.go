@@ -17,7 +17,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -100,11 +99,11 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	for _, name := range []string{"juice-controller", "juice-sim"} {
-		stopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
+		testbed.StopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
 	}
 
 	for _, addr := range []string{simAddr, hookAddr} {
-		if err := portFree(addr); err != nil {
+		if err := testbed.PortFree(addr); err != nil {
 			return err
 		}
 	}
@@ -120,11 +119,11 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 	}
 	sim := exec.Command(filepath.Join(c.repo, "bin/juice-sim"), "--listen", simAddr, "--token-file", tokenFile,
 		"--config", simCfg, "--fault-error-rate", fmt.Sprint(errRate), "--fault-latency", latency.String(), "--log-format", "json")
-	if err := startLogged(sim, filepath.Join(c.dir, "sim.log")); err != nil {
+	if err := testbed.StartLogged(sim, filepath.Join(c.dir, "sim.log")); err != nil {
 		return err
 	}
-	defer stopProcess(sim)
-	if err := waitHTTP("http://"+simAddr+"/healthz", 20*time.Second); err != nil {
+	defer testbed.StopProcess(sim)
+	if err := testbed.WaitHTTP("http://"+simAddr+"/healthz", 20*time.Second); err != nil {
 		return err
 	}
 	ctlLog := filepath.Join(env.Get("JUICE_TESTBED_DIR"), "log", "chaos-controller.log")
@@ -137,7 +136,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 			"--cluster-key", "/etc/juice-slurm/cluster.key", "--hook-secret", "/etc/juice-slurm/hook.secret",
 			"--hook-listen", hookAddr, "--poll-interval", "500ms", "--session-poll", "200ms", "--lease-ttl", "3s",
 			"--sweep-interval", "15s", "--log-format", "json")
-		if err := startLogged(cmd, ctlLog); err != nil {
+		if err := testbed.StartLogged(cmd, ctlLog); err != nil {
 			return err
 		}
 		c.controller = cmd
@@ -146,8 +145,8 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 	if err := startCtl(); err != nil {
 		return err
 	}
-	defer func() { stopProcess(c.controller) }()
-	if err := waitHTTP("http://"+hookAddr+"/readyz", 60*time.Second); err != nil {
+	defer func() { testbed.StopProcess(c.controller) }()
+	if err := testbed.WaitHTTP("http://"+hookAddr+"/readyz", 60*time.Second); err != nil {
 		return err
 	}
 
@@ -189,7 +188,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 			return err
 		}
 		c.kills++
-		if err := waitHTTP("http://"+hookAddr+"/healthz", 30*time.Second); err != nil {
+		if err := testbed.WaitHTTP("http://"+hookAddr+"/healthz", 30*time.Second); err != nil {
 			return err
 		}
 		c.restarts = append(c.restarts, time.Since(down))
@@ -209,7 +208,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		}
 		if k == 2 && !restStopped {
 			logf("stopping slurmrestd for %s", outage)
-			stopPidFile(restRun)
+			testbed.StopPidFile(restRun)
 			restStopped = true
 			restBack = time.Now().Add(outage)
 		}
@@ -374,24 +373,13 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 
 func sbatch(ctx context.Context, args []string) (uint32, error) {
 	cmd := exec.CommandContext(ctx, "sbatch", args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = testbed.CleanEnv()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("sbatch %v: %v: %s", args, err, out)
 	}
 	id, err := strconv.ParseUint(strings.TrimSpace(strings.Split(string(out), ";")[0]), 10, 32)
 	return uint32(id), err
-}
-
-// cleanEnv drops SLURM_JWT: with it, sbatch would switch to auth/jwt.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SLURM_JWT=") {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 func simSessions() ([]juiceapi.Session, error) {
@@ -404,74 +392,4 @@ func simSessions() ([]juiceapi.Session, error) {
 	defer resp.Body.Close()
 	var out []juiceapi.Session
 	return out, json.NewDecoder(resp.Body).Decode(&out)
-}
-
-func startLogged(c *exec.Cmd, logPath string) error {
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	c.Stdout, c.Stderr = f, f
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return c.Start()
-}
-
-func stopProcess(c *exec.Cmd) {
-	if c == nil || c.Process == nil {
-		return
-	}
-	_ = c.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _, _ = c.Process.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = c.Process.Kill()
-		<-done
-	}
-}
-
-func stopPidFile(path string) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return
-	}
-	if syscall.Kill(pid, syscall.SIGTERM) == nil {
-		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	_ = os.Remove(path)
-}
-
-// portFree fails when something already listens on addr: a leftover simulator or controller would answer in
-// place of the one this run starts, and the run would test the wrong processes.
-func portFree(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("%s is taken (a leftover juice-sim or controller? stop it first): %w", addr, err)
-	}
-	return ln.Close()
-}
-
-func waitHTTP(url string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("HTTP %d", resp.StatusCode)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s: %v", url, within, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

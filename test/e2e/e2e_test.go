@@ -21,6 +21,7 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
 // sh runs a command with a bound, returning its combined output and exit code.
@@ -30,12 +31,7 @@ func sh(t *testing.T, within time.Duration, name string, args ...string) (string
 	defer cancel()
 	c := exec.CommandContext(ctx, name, args...)
 	c.Dir = os.TempDir()
-	// Never SLURM_JWT, even empty: srun would switch to auth/jwt (see the notes on Slurm).
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SLURM_JWT=") {
-			c.Env = append(c.Env, kv)
-		}
-	}
+	c.Env = testbed.CleanEnv()
 	out, err := c.CombinedOutput()
 	var ee *exec.ExitError
 	switch {
@@ -351,5 +347,70 @@ func TestZZNoLeakedSessions(t *testing.T) {
 	})
 	for _, ss := range simSessions(t) {
 		require.True(t, ss.Ended(), "session %s (%s) leaked", ss.ID, ss.State)
+	}
+}
+
+// A session file tampered with, or another job's file put in its place, is refused on the compute node: the
+// step fails with the plugin's message, and never runs without its GPUs.
+func TestTamperedOrForeignSessionFileIsRefused(t *testing.T) {
+	s := store(t)
+	dir := world.env.Get("JUICE_TESTBED_SESSIONS_DIR")
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, path string, job uint32)
+	}{
+		{"tampered", func(t *testing.T, path string, _ uint32) {
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			b[len(b)-5] ^= 0x01
+			require.NoError(t, os.WriteFile(path, b, 0o600))
+		}},
+		{"another job's", func(t *testing.T, path string, job uint32) {
+			// A valid file, sealed for another run: the one of the other job running beside it.
+			other := sbatch(t, "--juice-pool=test", "-o", "/dev/null", "--wrap", "sleep 30")
+			defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(other)))
+			otherFile := filepath.Join(dir, fmt.Sprintf("%d.0.session", other))
+			waitFor(t, 60*time.Second, "the other job's session file", func() bool { _, err := os.Stat(otherFile); return err == nil })
+			b, err := os.ReadFile(otherFile)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(path, b, 0o600))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outFile := filepath.Join(world.dir, "damaged.out")
+			_ = os.Remove(outFile)
+			// The batch script waits before its step, so the file can be damaged in between.
+			job := sbatch(t, "--juice-pool=test", "-o", outFile, "--wrap", "sleep 6; srun env")
+			path := filepath.Join(dir, fmt.Sprintf("%d.0.session", job))
+			waitFor(t, 60*time.Second, "the job runs", func() bool {
+				_, err := os.Stat(path)
+				return err == nil && getJob(t, job).State == slurmrest.StateRunning
+			})
+			tc.damage(t, path, job)
+			j := waitJobDone(t, job, 90*time.Second)
+			require.NotEqual(t, slurmrest.StateCompleted, j.State, "the step ran although its session file was bad")
+			b, _ := os.ReadFile(outFile)
+			require.Contains(t, string(b), "juice:", "the plugin says why")
+			require.NotContains(t, string(b), "JUICE_SESSION_ID=", "no task ran with a session")
+			waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+			out, _ := sh(t, 10*time.Second, "sinfo", "-h", "-o", "%T")
+			require.NotContains(t, out, "drain", "a bad session file must not drain the node")
+		})
+	}
+}
+
+// juice-slurm describe shows each transition of a run with its reason.
+func TestDescribeShowsTransitions(t *testing.T) {
+	s := store(t)
+	job := sbatch(t, "--juice-pool=test", "-o", "/dev/null", "--wrap", "true")
+	waitJobDone(t, job, 60*time.Second)
+	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+	out, code := sh(t, 10*time.Second, filepath.Join(world.repo, "bin/juice-slurm"), "describe", "job", strconv.Itoa(int(job)),
+		"--database-url", world.dbURL, "--cluster", world.env.Cluster())
+	require.Equal(t, 0, code, out)
+	for _, want := range []string{`pending\s+requesting\s+request\s+asking the Juice Controller for 1 GPU from pool test`,
+		`requesting\s+waiting\s+queued\s+session \S+ queued`, `waiting\s+ready\s+active\s+session \S+ active on agent`,
+		`ready\s+releasing\s+unwanted\s+job \d+ (run 0 finished|ended)`, `releasing\s+released\s+closed\s+session \S+ cancelled`} {
+		require.Regexp(t, want, out)
 	}
 }

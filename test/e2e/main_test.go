@@ -11,14 +11,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,11 +73,11 @@ func runAll(m *testing.M) int {
 	// The demo may have left its own simulator and controller on these ports: they are the test bed's, stop
 	// them by their pid files.
 	for _, name := range []string{"juice-controller", "juice-sim"} {
-		stopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
+		testbed.StopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
 	}
 
 	for _, addr := range []string{simAddr, hookAddr} {
-		if err := portFree(addr); err != nil {
+		if err := testbed.PortFree(addr); err != nil {
 			return fail("%v", err)
 		}
 	}
@@ -94,11 +91,11 @@ func runAll(m *testing.M) int {
 	sim := exec.Command(filepath.Join(world.repo, "bin/juice-sim"), "--listen", simAddr, "--token-file", world.simToken,
 		"--config", simCfg, "--log-format", "json")
 	simLog := filepath.Join(dir, "juice-sim.log")
-	if err := startLogged(sim, simLog); err != nil {
+	if err := testbed.StartLogged(sim, simLog); err != nil {
 		return fail("start juice-sim: %v", err)
 	}
-	defer stopProcess(sim)
-	if err := waitHTTP("http://"+simAddr+"/healthz", 20*time.Second); err != nil {
+	defer testbed.StopProcess(sim)
+	if err := testbed.WaitHTTP("http://"+simAddr+"/healthz", 20*time.Second); err != nil {
 		return fail("juice-sim: %v\n%s", err, tail(simLog))
 	}
 
@@ -106,7 +103,7 @@ func runAll(m *testing.M) int {
 	if err := startController(); err != nil {
 		return fail("start the controller: %v", err)
 	}
-	defer func() { stopProcess(world.controller) }()
+	defer func() { testbed.StopProcess(world.controller) }()
 
 	tok := slurmrest.FileToken(env.TokenFile())
 	world.slurm, err = slurmrest.New(slurmrest.Config{BaseURL: env.SlurmrestdURL(), UserName: env.SlurmUser(), TokenSource: tok})
@@ -131,84 +128,14 @@ func startController() error {
 		"--cluster-key", "/etc/juice-slurm/cluster.key", "--hook-secret", secret, "--hook-listen", hookAddr,
 		"--poll-interval", "500ms", "--session-poll", "100ms", "--lease-ttl", "3s", "--sweep-interval", "10s",
 		"--log-format", "json")
-	if err := startLogged(c, world.ctlLog); err != nil {
+	if err := testbed.StartLogged(c, world.ctlLog); err != nil {
 		return err
 	}
 	world.controller = c
-	if err := waitHTTP("http://"+hookAddr+"/readyz", 60*time.Second); err != nil {
+	if err := testbed.WaitHTTP("http://"+hookAddr+"/readyz", 60*time.Second); err != nil {
 		return fmt.Errorf("%v\n%s", err, tail(world.ctlLog))
 	}
 	return nil
-}
-
-func startLogged(c *exec.Cmd, logPath string) error {
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	c.Stdout, c.Stderr = f, f
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return c.Start()
-}
-
-func stopProcess(c *exec.Cmd) {
-	if c == nil || c.Process == nil {
-		return
-	}
-	_ = c.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _, _ = c.Process.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = c.Process.Kill()
-		<-done
-	}
-}
-
-func stopPidFile(path string) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return
-	}
-	if syscall.Kill(pid, syscall.SIGTERM) == nil {
-		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	_ = os.Remove(path)
-}
-
-// portFree fails when something already listens on addr: a leftover simulator or controller would answer in
-// place of the one this run starts, and the run would test the wrong processes.
-func portFree(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("%s is taken (a leftover juice-sim or controller? stop it first): %w", addr, err)
-	}
-	return ln.Close()
-}
-
-func waitHTTP(url string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("HTTP %d", resp.StatusCode)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s: %v", url, within, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func tail(path string) string {
