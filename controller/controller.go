@@ -151,11 +151,11 @@ func (c *Controller) lead(ctx context.Context) {
 	defer c.queue.Store(nil)
 	rc := &Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"), Metrics: c.Metrics,
 		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck,
-		Saved: func(r *reconcile.Reservation) {
-			if r.State.Final() {
-				c.written.Delete(r.ID) // nothing more comes of it: keep the map as small as the open set
+		Saved: func(id uuid.UUID, version int64, final bool) {
+			if final {
+				c.written.Delete(id) // nothing more comes of it: keep the map as small as the open set
 			} else {
-				c.written.Store(r.ID, r.Version)
+				c.written.Store(id, version)
 			}
 		}}
 	p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,

@@ -35,7 +35,7 @@ type Reconciler struct {
 	Now        func() time.Time
 	// Saved, when set, hears of every write this reconciler made, so that the notification of its own write
 	// does not bring the reservation straight back into the queue.
-	Saved func(r *reconcile.Reservation)
+	Saved func(id uuid.UUID, version int64, final bool)
 }
 
 // Result tells the work queue when to look at the reservation again; zero means only when something changes.
@@ -167,11 +167,13 @@ func (rc *Reconciler) apply(ctx context.Context, log logr.Logger, r *reconcile.R
 	if err != nil {
 		return err
 	}
+	// Said before the write, with the version the write will give the row: the write's notification can reach
+	// the hub before Save returns.
+	if rc.Saved != nil {
+		rc.Saved(r.ID, r.Version+1, r.State.Final())
+	}
 	if err := rc.Store.Save(ctx, r, &t); err != nil {
 		return err
-	}
-	if rc.Saved != nil {
-		rc.Saved(r)
 	}
 	log.Info("reservation moved", "from", t.From, "to", t.To, "reason", reason)
 	return nil

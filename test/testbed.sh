@@ -390,8 +390,12 @@ cmd_services() {
 	psql -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname='juice'" | grep -q 1 ||
 		psql -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -qc "CREATE DATABASE juice OWNER juice"
 	[ -s "$demo/juice.token" ] || (umask 077 && echo "m2m_demo_$(openssl rand -hex 12)" >"$demo/juice.token")
-	cat >"$demo/sim.json" <<'EOF'
-{"tick": "500ms", "activateDelay": "1s", "cancelDelay": "500ms",
+	# JUICE_TESTBED_SIM_TIMING=instant schedules on every request with no delays (benchmarks); the default is
+	# close to the legacy controller's one-second tick.
+	local timing='"tick": "500ms", "activateDelay": "1s", "cancelDelay": "500ms"'
+	[ "${JUICE_TESTBED_SIM_TIMING:-}" = instant ] && timing='"tick": "0s", "activateDelay": "0s", "cancelDelay": "0s"'
+	cat >"$demo/sim.json" <<EOF
+{$timing,
  "pools": [{"id": "demo", "agents": [{"gpus": 4, "vram": "24GiB", "gpuName": "NVIDIA L4", "hostname": "gpu-host-1"}]},
            {"id": "test", "agents": [{"count": 2, "gpus": 8, "vram": "80GiB"}]}]}
 EOF
@@ -408,7 +412,7 @@ EOF
 		setsid "$REPO/bin/juice-slurm" controller --cluster $CLUSTER --database-url "$db" \
 			--slurmrestd-url "http://127.0.0.1:$REST_PORT" --slurm-user $SLURM_USER --slurm-token-file "$TB/slurm-token" \
 			--juice-url http://127.0.0.1:7070 --juice-token-file "$demo/juice.token" --cluster-key $JUICE_ETC/cluster.key \
-			--hook-secret $JUICE_ETC/hook.secret --hook-listen "$hook" --poll-interval 1s \
+			--hook-secret $JUICE_ETC/hook.secret --hook-listen "$hook" --poll-interval "${JUICE_TESTBED_POLL:-1s}" \
 			</dev/null >>"$LOG/juice-controller.log" 2>&1 &
 		echo $! >"$RUN/juice-controller.pid"
 	fi
@@ -423,6 +427,7 @@ down) cmd_down ;;
 status) cmd_status ;;
 wire) cmd_wire ;;
 services) cmd_services ;;
+services-restart) stop juice-controller && stop juice-sim && cmd_services ;;
 unwire) cmd_unwire ;;
-*) echo "usage: $0 up|down|status|wire|unwire|services" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|status|wire|unwire|services|services-restart" >&2; exit 2 ;;
 esac

@@ -293,10 +293,12 @@ func WatchState(ctx context.Context, dbURL, state string) (*ReadyWatcher, error)
 			if err != nil {
 				return
 			}
-			id, st, _ := strings.Cut(n.Payload, " ")
-			if st != state {
+			// "<id> <state> <version>"
+			f := strings.Fields(n.Payload)
+			if len(f) < 2 || f[1] != state {
 				continue
 			}
+			id := f[0]
 			rw.mu.Lock()
 			if !rw.seen[id] {
 				rw.seen[id] = true

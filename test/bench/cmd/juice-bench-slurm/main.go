@@ -33,8 +33,10 @@ import (
 
 func main() {
 	n := flag.Int("p2-jobs", 20, "P2: jobs of each kind")
-	held := flag.Int("p4-held", 10000, "P4: held jobs in the queue")
+	held := flag.Int("p4-held", 10000, "P4: held jobs in the queue (0 skips P4)")
 	out := flag.String("out", "", "write the Markdown section here")
+	pollDesc := flag.String("poll", "1 s", "the controller's poll interval, for the report")
+	simDesc := flag.String("sim", "500 ms tick, 1 s activation", "the simulator's timing, for the report")
 	flag.Parse()
 	env, err := testbed.Load(testbed.EnvFile())
 	if err != nil {
@@ -48,14 +50,16 @@ func main() {
 	ctx := context.Background()
 	var md strings.Builder
 	fmt.Fprintf(&md, "## Benchmarks on the real Slurm %s cluster (P2, P4)\n\n`go run ./test/bench/cmd/juice-bench-slurm` on %s, %s UTC; "+
-		"one node (2 cores) with the SPANK plugin, job_submit.lua and the hooks wired; the demo's controller (1 s polls) "+
-		"and juice-sim (500 ms tick, 1 s activation) running. Nothing is asserted on time.\n\n",
-		release(ctx, slurm), host(), time.Now().UTC().Format("2006-01-02 15:04"))
+		"one node (2 cores) with the SPANK plugin, job_submit.lua and the hooks wired; the test bed's controller (%s polls) "+
+		"and juice-sim (%s) running. Nothing is asserted on time.\n\n",
+		release(ctx, slurm), host(), time.Now().UTC().Format("2006-01-02 15:04"), *pollDesc, *simDesc)
 	if err := p2(ctx, slurm, *n, &md); err != nil {
 		fail(err)
 	}
-	if err := p4(ctx, env, slurm, *held, &md); err != nil {
-		fail(err)
+	if *held > 0 {
+		if err := p4(ctx, env, slurm, *held, &md); err != nil {
+			fail(err)
+		}
 	}
 	fmt.Print(md.String())
 	if *out != "" {
@@ -73,7 +77,7 @@ func fail(err error) {
 func host() string { h, _ := os.Hostname(); return h }
 
 func release(ctx context.Context, c *slurmrest.Client) string {
-	if _, err := c.Negotiate(ctx); err != nil {
+	if err := c.Ping(ctx); err != nil {
 		return "?"
 	}
 	return c.SlurmRelease()
