@@ -258,3 +258,29 @@ func TestSweepCancelsOrphans(t *testing.T) {
 	require.Len(t, live, 1, "the orphan is cancelled")
 	require.Equal(t, foreign, live[0].ID, "a session with a key we do not know is left alone")
 }
+
+// The epilog ends a run while the poller's listing still shows its job running (slurmrestd is slow, or down):
+// the run is over, and the stale listing must not book it a second session.
+func TestEndedRunIsNotReservedAgainFromAStaleListing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.slurm.set(juiceJob(50, 0, slurmrest.StateRunning, "juice:v1:pool=test,gpus=1"))
+	c, _ := h.startController("a", Config{})
+	run := reconcile.RunID{Cluster: "c1", JobID: 50}
+	eventually(t, 10*time.Second, "ready", func() bool { return h.stateOf(run) == reconcile.StateReady })
+	b, _ := json.Marshal(EpilogRequest{Cluster: "c1", JobID: 50, WaitSeconds: 10})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+c.Listener.Addr().String()+"/v1/epilog", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer hook-secret-for-tests")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	eventually(t, 10*time.Second, "released", func() bool { return h.stateOf(run) == reconcile.StateReleased })
+	// Several polls over the stale listing (the job still RUNNING).
+	h.slurm.set(juiceJob(50, 0, slurmrest.StateRunning, "juice:v1:pool=test,gpus=1"))
+	before := h.slurm.listCount()
+	eventually(t, 10*time.Second, "three polls", func() bool { return h.slurm.listCount() >= before+3 })
+	rs, err := h.store.ForJob(context.Background(), "c1", 50)
+	require.NoError(t, err)
+	require.Len(t, rs, 1, "one reservation for the run, ever")
+	require.Len(t, h.sim.Sim.Sessions(), 1, "one session for the run, ever")
+}

@@ -215,7 +215,7 @@ func (a *HookAPI) epilog(w http.ResponseWriter, r *http.Request) {
 	}
 	reason += ")"
 	// The leader's work queue hears of the change through NOTIFY; no enqueue is needed here.
-	if err := Unwant(r.Context(), a.Store, &res, reason, "ENDED", nil); err != nil {
+	if err := Unwant(r.Context(), a.Store, &res, reason, "ENDED", true, nil); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}

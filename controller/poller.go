@@ -162,7 +162,7 @@ func (p *Poller) observe(ctx context.Context, r *reconcile.Reservation) error {
 		p.Metrics.observeSlurm("get_job", err)
 		switch {
 		case errors.Is(err, slurmrest.ErrNotFound):
-			return p.unwant(ctx, r, fmt.Sprintf("job %d is gone from slurmctld", r.Run.JobID), "GONE")
+			return p.unwant(ctx, r, fmt.Sprintf("job %d is gone from slurmctld", r.Run.JobID), "GONE", true)
 		case err != nil:
 			return fmt.Errorf("confirm job %d: %w", r.Run.JobID, err)
 		}
@@ -172,13 +172,14 @@ func (p *Poller) observe(ctx context.Context, r *reconcile.Reservation) error {
 	}
 	switch {
 	case j.Run > r.Run.Run:
-		return p.unwant(ctx, r, fmt.Sprintf("job %d was requeued: run %d replaces run %d", j.ID, j.Run, r.Run.Run), string(j.State))
+		return p.unwant(ctx, r, fmt.Sprintf("job %d was requeued: run %d replaces run %d", j.ID, j.Run, r.Run.Run), string(j.State), true)
 	case j.Run < r.Run.Run:
 		return nil // a listing older than the prolog that registered this run
 	case j.State.IsFinished() || j.State == slurmrest.StateCompleting:
-		return p.unwant(ctx, r, fmt.Sprintf("job %d ended: %s", j.ID, j.State), string(j.State))
+		return p.unwant(ctx, r, fmt.Sprintf("job %d ended: %s", j.ID, j.State), string(j.State), true)
 	case j.Held():
-		return p.unwant(ctx, r, fmt.Sprintf("job %d is held (%s)", j.ID, j.StateReason), string(j.State))
+		// Held: the GPUs go back to the pool, and the run is reserved again once the job is let go.
+		return p.unwant(ctx, r, fmt.Sprintf("job %d is held (%s)", j.ID, j.StateReason), string(j.State), false)
 	}
 	if r.State == reconcile.StateReady && j.State == slurmrest.StatePending && j.StateReason == "BeginTime" && j.Run > 0 && !p.begun[r.Run] {
 		// A requeued run waits out Slurm's requeue delay (about two minutes) although its session is ready:
@@ -205,18 +206,27 @@ func (p *Poller) observe(ctx context.Context, r *reconcile.Reservation) error {
 }
 
 // unwant marks a reservation unwanted and moves it to releasing (or released, when nothing was asked yet).
-func (p *Poller) unwant(ctx context.Context, r *reconcile.Reservation, reason, jobState string) error {
-	return Unwant(ctx, p.Store, r, reason, jobState, p.Enqueue)
+func (p *Poller) unwant(ctx context.Context, r *reconcile.Reservation, reason, jobState string, over bool) error {
+	return Unwant(ctx, p.Store, r, reason, jobState, over, p.Enqueue)
 }
 
-// Unwant is the one way a reservation becomes unwanted, for the poller and the epilog alike. A conflicting
-// write is retried on the fresh row, so an unwanted run is never missed.
-func Unwant(ctx context.Context, store reconcile.Store, r *reconcile.Reservation, reason, jobState string, enqueue func(uuid.UUID)) error {
+// Unwant is the one way a reservation becomes unwanted, for the poller, the epilog and the admin alike; over
+// says that the run itself is over (see Reservation.RunOver). A conflicting write is retried on the fresh row, so
+// an unwanted run is never missed.
+func Unwant(ctx context.Context, store reconcile.Store, r *reconcile.Reservation, reason, jobState string, over bool, enqueue func(uuid.UUID)) error {
 	for attempt := 0; attempt < 5; attempt++ {
 		if r.State.Final() || !r.Wanted && r.State != reconcile.StatePending {
+			if over && !r.RunOver {
+				// Already let go (held, say) and now over: remember it, so the run is not reserved again.
+				r.RunOver = true
+				if err := store.Save(ctx, r, nil); err != nil && !errors.Is(err, reconcile.ErrConflict) {
+					return err
+				}
+			}
 			return nil
 		}
 		r.Wanted = false
+		r.RunOver = r.RunOver || over
 		if jobState != "" {
 			r.JobState = jobState
 		}

@@ -8,11 +8,12 @@ package reconcile
 const NotifyChannel = "juice_reservations"
 
 const reservationColumns = `id, cluster, job_id, run, request, user_name, partition, state, reason, fail_reason,
-	wanted, requested, session_id, agent_address, sealed, job_state, created_at, updated_at, ready_at, version`
+	wanted, requested, session_id, agent_address, sealed, job_state, created_at, updated_at, ready_at, version, run_over`
 
 // reservationColumnsBrief reads the same columns but leaves the sealed session file out.
 const reservationColumnsBrief = `id, cluster, job_id, run, request, user_name, partition, state, reason, fail_reason,
-	wanted, requested, session_id, agent_address, NULL::bytea AS sealed, job_state, created_at, updated_at, ready_at, version`
+	wanted, requested, session_id, agent_address, NULL::bytea AS sealed, job_state, created_at, updated_at, ready_at, version,
+	run_over`
 
 const (
 	sqlMigrationsTable = `CREATE TABLE IF NOT EXISTS juice_schema_migrations (
@@ -23,15 +24,15 @@ const (
 	sqlMigrationApplied = `SELECT EXISTS (SELECT 1 FROM juice_schema_migrations WHERE version = $1)`
 	sqlMigrationRecord  = `INSERT INTO juice_schema_migrations (version) VALUES ($1)`
 
-	// Insert a pending reservation unless the run has a live one already: ON CONFLICT names the partial unique
-	// index's predicate.
+	// Insert a pending reservation unless the run has a live one already, or is over: ON CONFLICT names the
+	// partial unique index's predicate.
 	sqlInsertReservation = `INSERT INTO juice_reservations
 		(id, cluster, job_id, run, request, pool, gpus, vram, user_name, partition, state, reason, wanted, job_state)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, true, $12)
-		ON CONFLICT (cluster, job_id, run) WHERE state <> 'released' DO NOTHING
+		ON CONFLICT (cluster, job_id, run) WHERE state <> 'released' OR run_over DO NOTHING
 		RETURNING ` + reservationColumns
 	sqlLiveByRun = `SELECT ` + reservationColumns + ` FROM juice_reservations
-		WHERE cluster = $1 AND job_id = $2 AND run = $3 AND state <> 'released'`
+		WHERE cluster = $1 AND job_id = $2 AND run = $3 AND (state <> 'released' OR run_over)`
 	sqlLatestByRun = `SELECT ` + reservationColumns + ` FROM juice_reservations
 		WHERE cluster = $1 AND job_id = $2 AND run = $3 ORDER BY created_at DESC, id LIMIT 1`
 	sqlByID  = `SELECT ` + reservationColumns + ` FROM juice_reservations WHERE id = $1`
@@ -46,7 +47,8 @@ const (
 	sqlSaveReservation = `WITH u AS (
 			UPDATE juice_reservations SET
 				state = $3, reason = $4, fail_reason = $5, wanted = $6, requested = $7, session_id = $8,
-				agent_address = $9, sealed = $10, job_state = $11, ready_at = $12, updated_at = now(), version = version + 1
+				agent_address = $9, sealed = $10, job_state = $11, ready_at = $12, run_over = $16, updated_at = now(),
+				version = version + 1
 			WHERE id = $1 AND version = $2
 			RETURNING id, state, updated_at, version),
 		e AS (

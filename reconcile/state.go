@@ -71,6 +71,10 @@ type Reservation struct {
 	// Wanted is the level the reconciler drives towards: does the run still need a session? The poller and
 	// the hooks set it from what Slurm says; the state machine never does.
 	Wanted bool
+	// RunOver is set when the run itself ended (its job ended, vanished or was requeued, or an administrator
+	// released it): the run never gets another reservation. A reservation released because its job is held leaves
+	// the run open.
+	RunOver bool
 	// Requested is set once a request with this reservation's key may have reached the controller, so that a
 	// release knows it must find and cancel a session even when it never learnt the session's id.
 	Requested bool

@@ -19,10 +19,11 @@ import (
 // Store keeps every reservation, its history and the leader lease. PGStore is its PostgreSQL implementation;
 // every replica of the controller shares one database.
 type Store interface {
-	// Ensure returns the run's live reservation, creating a pending, wanted one when there is none.
+	// Ensure returns the run's live reservation, creating a pending, wanted one when there is none and the run is
+	// not over (a run that is over gives its last reservation back, final).
 	Ensure(ctx context.Context, nr NewReservation) (r Reservation, created bool, err error)
 	Get(ctx context.Context, id uuid.UUID) (Reservation, error)
-	// ForRun returns the run's live reservation, or else its latest released one.
+	// ForRun returns the run's live reservation (or the one that ended it), or else its latest released one.
 	ForRun(ctx context.Context, run RunID) (Reservation, error)
 	ForJob(ctx context.Context, cluster string, jobID uint32) ([]Reservation, error)
 	// Open lists the reservations that are not final, without their sealed session files (Sealed is nil).
@@ -196,7 +197,7 @@ func (s *PGStore) Save(ctx context.Context, r *Reservation, t *Transition) error
 	}
 	var notified string
 	err := s.pool.QueryRow(ctx, sqlSaveReservation, r.ID, r.Version, r.State, r.Reason, r.FailReason, r.Wanted,
-		r.Requested, r.SessionID, r.AgentAddress, r.Sealed, r.JobState, readyAt, event, from, reason).
+		r.Requested, r.SessionID, r.AgentAddress, r.Sealed, r.JobState, readyAt, event, from, reason, r.RunOver).
 		Scan(&r.UpdatedAt, &r.Version, &notified)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrConflict
@@ -293,7 +294,7 @@ func scanAll(rows pgx.Rows, err error) ([]Reservation, error) {
 		var readyAt *time.Time
 		err := row.Scan(&r.ID, &r.Run.Cluster, &jobID, &r.Run.Run, &request, &r.UserName, &r.Partition, &r.State,
 			&r.Reason, &r.FailReason, &r.Wanted, &r.Requested, &r.SessionID, &r.AgentAddress, &r.Sealed, &r.JobState,
-			&r.CreatedAt, &r.UpdatedAt, &readyAt, &r.Version)
+			&r.CreatedAt, &r.UpdatedAt, &readyAt, &r.Version, &r.RunOver)
 		if err != nil {
 			return r, err
 		}

@@ -154,3 +154,35 @@ func TestStoreLease(t *testing.T) {
 	holder, _, _ = s.LeaseHolder(ctx, "leader")
 	require.Equal(t, "", holder)
 }
+
+// A run that is over never gets another reservation; one released while its job was held does.
+func TestStoreRunOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	release := func(r *Reservation, over bool) {
+		t.Helper()
+		r.RunOver = over
+		tr, err := Apply(r, EventUnwanted, "let go", time.Now())
+		require.NoError(t, err)
+		require.NoError(t, s.Save(ctx, r, &tr))
+		require.Equal(t, StateReleased, r.State)
+	}
+	held := NewReservation{Run: RunID{"c", 1, 0}, Request: Request{Pool: "p", GPUs: 1}}
+	r, _, err := s.Ensure(ctx, held)
+	require.NoError(t, err)
+	release(&r, false)
+	again, created, err := s.Ensure(ctx, held)
+	require.NoError(t, err)
+	require.True(t, created, "a run released while held is reserved again")
+
+	release(&again, true)
+	last, created, err := s.Ensure(ctx, held)
+	require.NoError(t, err)
+	require.False(t, created, "a run that is over is never reserved again")
+	require.Equal(t, again.ID, last.ID)
+	require.True(t, last.RunOver)
+	got, err := s.ForRun(ctx, held.Run)
+	require.NoError(t, err)
+	require.Equal(t, again.ID, got.ID)
+}

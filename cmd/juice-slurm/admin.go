@@ -128,7 +128,7 @@ func runJobCommand(ctx context.Context, cmd, jobArg string, args []string) error
 			if rs[i].State.Final() {
 				continue
 			}
-			if err := controller.Unwant(ctx, store, &rs[i], "released by an administrator (juice-slurm release)", "", nil); err != nil {
+			if err := controller.Unwant(ctx, store, &rs[i], "released by an administrator (juice-slurm release)", "", true, nil); err != nil {
 				return err
 			}
 			released++
