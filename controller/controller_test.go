@@ -15,6 +15,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 )
 
 var errCrash = errors.New("simulated crash")
@@ -80,17 +81,17 @@ func TestCrashBetweenIntentAndActionGivesOneSession(t *testing.T) {
 func TestVanishedPendingJobIsReleasedWithinTwoPolls(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.slurm.set(juiceJob(7, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=1"))
+	h.slurm.Set(fakeslurm.JuiceJob(7, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=1"))
 	run := reconcile.RunID{Cluster: "c1", JobID: 7}
 	// A long poll interval: the test counts polls, and wants each to be a separate tick.
 	h.startController("a", Config{PollInterval: 300 * time.Millisecond})
 	eventually(t, 10*time.Second, "the pending job's session is ready", func() bool { return h.stateOf(run) == reconcile.StateReady })
 	require.Len(t, h.liveSessions(), 1)
 
-	before := h.slurm.listCount()
-	h.slurm.remove(7)
+	before := h.slurm.Lists()
+	h.slurm.Remove(7)
 	eventually(t, 10*time.Second, "the vanished job's reservation is released", func() bool { return h.stateOf(run) == reconcile.StateReleased })
-	polls := h.slurm.listCount() - before
+	polls := h.slurm.Lists() - before
 	require.LessOrEqual(t, polls, 2, "released after %d polls", polls)
 	require.Empty(t, h.liveSessions(), "the session was cancelled")
 	r, _ := h.store.ForRun(context.Background(), run)
@@ -125,7 +126,7 @@ func TestLeaderHandoverWithinLeaseTime(t *testing.T) {
 	t.Logf("handover after %s (lease %s)", took.Round(time.Millisecond), ttl)
 
 	// The new leader reconciles.
-	h.slurm.set(juiceJob(9, 0, slurmrest.StateRunning, "juice:v1:pool=test,gpus=1,vram=1073741824"))
+	h.slurm.Set(fakeslurm.JuiceJob(9, 0, slurmrest.StateRunning, "juice:v1:pool=test,gpus=1,vram=1073741824"))
 	eventually(t, 10*time.Second, "b serves a new job", func() bool {
 		return h.stateOf(reconcile.RunID{Cluster: "c1", JobID: 9}) == reconcile.StateReady
 	})
@@ -136,16 +137,16 @@ func TestRequeuedJobGetsANewSession(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	req := "juice:v1:pool=test,gpus=2"
-	h.slurm.set(juiceJob(5, 0, slurmrest.StateRunning, req))
+	h.slurm.Set(fakeslurm.JuiceJob(5, 0, slurmrest.StateRunning, req))
 	h.startController("a", Config{})
 	run0, run1 := reconcile.RunID{Cluster: "c1", JobID: 5, Run: 0}, reconcile.RunID{Cluster: "c1", JobID: 5, Run: 1}
 	eventually(t, 10*time.Second, "run 0 ready", func() bool { return h.stateOf(run0) == reconcile.StateReady })
 	r0, _ := h.store.ForRun(context.Background(), run0)
 
 	// Requeued: back to PENDING with restart count 1 and Slurm's requeue delay.
-	j := juiceJob(5, 1, slurmrest.StatePending, req)
+	j := fakeslurm.JuiceJob(5, 1, slurmrest.StatePending, req)
 	j.StateReason = "BeginTime"
-	h.slurm.set(j)
+	h.slurm.Set(j)
 	eventually(t, 10*time.Second, "run 0 released and run 1 ready", func() bool {
 		return h.stateOf(run0) == reconcile.StateReleased && h.stateOf(run1) == reconcile.StateReady
 	})
@@ -155,9 +156,7 @@ func TestRequeuedJobGetsANewSession(t *testing.T) {
 	require.Len(t, live, 1)
 	require.Equal(t, r1.SessionID, live[0].ID)
 	eventually(t, 5*time.Second, "the requeued run is let begin now", func() bool {
-		h.slurm.mu.Lock()
-		defer h.slurm.mu.Unlock()
-		for _, u := range h.slurm.updates {
+		for _, u := range h.slurm.Updates() {
 			if u.BeginNow {
 				return true
 			}
@@ -175,8 +174,8 @@ func TestHookAPI(t *testing.T) {
 	base := "http://" + c.Listener.Addr().String()
 	// Job 42 is CONFIGURING: its prolog runs. Its listing carries no request (say job_submit.lua is missing), so
 	// only the prolog can register it.
-	j42 := juiceJob(42, 0, slurmrest.StateConfiguring, "")
-	h.slurm.set(j42)
+	j42 := fakeslurm.JuiceJob(42, 0, slurmrest.StateConfiguring, "")
+	h.slurm.Set(j42)
 	post := func(path, secret string, in any) (int, map[string]any) {
 		b, _ := json.Marshal(in)
 		req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(b))
@@ -218,7 +217,7 @@ func TestHookAPI(t *testing.T) {
 func TestNoCapacityFailsWithReason(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.slurm.set(juiceJob(11, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=8"))
+	h.slurm.Set(fakeslurm.JuiceJob(11, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=8"))
 	h.startController("a", Config{})
 	run := reconcile.RunID{Cluster: "c1", JobID: 11}
 	eventually(t, 10*time.Second, "failed", func() bool { return h.stateOf(run) == reconcile.StateFailed })
@@ -264,7 +263,7 @@ func TestSweepCancelsOrphans(t *testing.T) {
 func TestEndedRunIsNotReservedAgainFromAStaleListing(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.slurm.set(juiceJob(50, 0, slurmrest.StateRunning, "juice:v1:pool=test,gpus=1"))
+	h.slurm.Set(fakeslurm.JuiceJob(50, 0, slurmrest.StateRunning, "juice:v1:pool=test,gpus=1"))
 	c, _ := h.startController("a", Config{})
 	run := reconcile.RunID{Cluster: "c1", JobID: 50}
 	eventually(t, 10*time.Second, "ready", func() bool { return h.stateOf(run) == reconcile.StateReady })
@@ -276,9 +275,9 @@ func TestEndedRunIsNotReservedAgainFromAStaleListing(t *testing.T) {
 	resp.Body.Close()
 	eventually(t, 10*time.Second, "released", func() bool { return h.stateOf(run) == reconcile.StateReleased })
 	// Several polls over the stale listing (the job still RUNNING).
-	h.slurm.set(juiceJob(50, 0, slurmrest.StateRunning, "juice:v1:pool=test,gpus=1"))
-	before := h.slurm.listCount()
-	eventually(t, 10*time.Second, "three polls", func() bool { return h.slurm.listCount() >= before+3 })
+	h.slurm.Set(fakeslurm.JuiceJob(50, 0, slurmrest.StateRunning, "juice:v1:pool=test,gpus=1"))
+	before := h.slurm.Lists()
+	eventually(t, 10*time.Second, "three polls", func() bool { return h.slurm.Lists() >= before+3 })
 	rs, err := h.store.ForJob(context.Background(), "c1", 50)
 	require.NoError(t, err)
 	require.Len(t, rs, 1, "one reservation for the run, ever")

@@ -17,96 +17,9 @@ import (
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
-	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
-
-// fakeSlurm is a scripted slurmrestd for the controller's tests: jobs the test sets, the update_time rule of
-// the real one (a listing with nothing changed since `since` is Unchanged), and counts of every call. The
-// real-Slurm path is tested end to end in test/e2e.
-type fakeSlurm struct {
-	mu      sync.Mutex
-	jobs    map[uint32]slurmrest.Job
-	changed time.Time
-	lists   int
-	gets    int
-	updates []slurmrest.JobUpdate
-}
-
-func newFakeSlurm() *fakeSlurm {
-	return &fakeSlurm{jobs: map[uint32]slurmrest.Job{}, changed: time.Now()}
-}
-
-func (f *fakeSlurm) touch() {
-	// The real listing has one-second resolution; a change always moves the clock forward.
-	f.changed = f.changed.Add(time.Second)
-}
-
-func (f *fakeSlurm) set(j slurmrest.Job) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.jobs[j.ID] = j
-	f.touch()
-}
-
-func (f *fakeSlurm) remove(id uint32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.jobs, id)
-	f.touch()
-}
-
-func (f *fakeSlurm) listCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lists
-}
-
-func (f *fakeSlurm) ListJobs(_ context.Context, since time.Time) (slurmrest.JobList, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lists++
-	if !since.IsZero() && !f.changed.After(since) {
-		return slurmrest.JobList{Unchanged: true, LastUpdate: since}, nil
-	}
-	l := slurmrest.JobList{LastUpdate: f.changed}
-	for _, j := range f.jobs {
-		l.Jobs = append(l.Jobs, j)
-	}
-	return l, nil
-}
-
-func (f *fakeSlurm) GetJob(_ context.Context, id uint32) (*slurmrest.Job, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.gets++
-	j, ok := f.jobs[id]
-	if !ok {
-		return nil, slurmrest.ErrNotFound
-	}
-	return &j, nil
-}
-
-func (f *fakeSlurm) UpdateJob(_ context.Context, id uint32, u slurmrest.JobUpdate) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.updates = append(f.updates, u)
-	j, ok := f.jobs[id]
-	if !ok {
-		return slurmrest.ErrNotFound
-	}
-	if u.BeginNow && j.StateReason == "BeginTime" {
-		j.StateReason = "None"
-		f.jobs[id] = j
-		f.touch()
-	}
-	return nil
-}
-
-func juiceJob(id uint32, run int, state slurmrest.JobState, req string) slurmrest.Job {
-	return slurmrest.Job{ID: id, Run: run, State: state, StateReason: "None", UserName: "alice", Partition: "debug",
-		AdminComment: req, Comment: req, Priority: 100, Batch: true, SubmitTime: time.Now()}
-}
 
 // harness is one test's world: a fresh database, an in-process simulator with one pool "test" of 2 agents with
 // 4 GPUs of 80 GiB, instant scheduling, and a scripted Slurm.
@@ -115,7 +28,7 @@ type harness struct {
 	store *reconcile.PGStore
 	sim   *juicesim.Server
 	juice *juiceapi.HTTPClient
-	slurm *fakeSlurm
+	slurm *fakeslurm.Slurm
 	key   []byte
 	log   logr.Logger
 }
@@ -139,7 +52,7 @@ func newHarness(t *testing.T) *harness {
 	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: sim.URL, TokenFile: tokenFile,
 		MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, Timeout: 5 * time.Second})
 	require.NoError(t, err)
-	return &harness{t: t, store: store, sim: sim, juice: juice, slurm: newFakeSlurm(),
+	return &harness{t: t, store: store, sim: sim, juice: juice, slurm: fakeslurm.New(),
 		key: []byte("0123456789abcdef0123456789abcdef"), log: testr.NewWithOptions(t, testr.Options{Verbosity: 0})}
 }
 

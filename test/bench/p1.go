@@ -59,7 +59,7 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 	}
 	defer watch.Close()
 	// Listed RUNNING (else the poller releases them as gone) and registered, as the poller would.
-	w.Slurm.SetRunning(first, runs)
+	w.Slurm.SetRunning(first, runs, Request)
 	if err := w.EnsureRuns(ctx, first, runs, 4); err != nil {
 		return res, err
 	}

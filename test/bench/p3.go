@@ -56,7 +56,7 @@ func P3(ctx context.Context, cfg P3Config) (P3Result, error) {
 	}
 	defer watch.Close()
 	// Both ways the jobs are listed RUNNING: a reservation whose job is not listed is released as gone.
-	w.Slurm.SetRunning(1, cfg.N)
+	w.Slurm.SetRunning(1, cfg.N, Request)
 	switch cfg.Source {
 	case "store":
 		if err := w.EnsureRuns(ctx, 1, cfg.N, 4); err != nil {

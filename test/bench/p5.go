@@ -94,7 +94,7 @@ func P5(ctx context.Context, n int, exe string, logf func(string, ...any)) (P5Re
 
 	// The poller itself, as the leader runs it every PollInterval, against the same rows: the first poll takes
 	// the listing, the next ones get "unchanged" from slurmrestd, as in a quiet cluster.
-	w.Slurm.SetRunning(1, n)
+	w.Slurm.SetRunning(1, n, Request)
 	p := &controller.Poller{Slurm: w.Slurm, Store: w.Store, Cluster: Cluster, Lookahead: reconcile.DefaultLookahead,
 		Log: logr.Discard(), Enqueue: func(uuid.UUID) {}}
 	if err := p.Poll(ctx); err != nil {
@@ -139,7 +139,7 @@ func P5Child(args []string) error {
 	if w.Juice, err = newJuice(*sim, *token); err != nil {
 		return err
 	}
-	w.Slurm.SetRunning(1, *n)
+	w.Slurm.SetRunning(1, *n, Request)
 	var res P5Result
 	res.N = *n
 	res.BaselineHeap = heapInuse()
@@ -237,7 +237,7 @@ func PassGrowth(ctx context.Context, runs, periods int, period time.Duration) (G
 		return res, err
 	}
 	defer w.Close()
-	w.Slurm.SetRunning(1, runs)
+	w.Slurm.SetRunning(1, runs, Request)
 	rc, err := w.StartController(controller.Config{ReadyCheck: period, Resync: period, PollInterval: time.Minute})
 	if err != nil {
 		return res, err

@@ -1,7 +1,7 @@
 // Package bench holds juice-slurm's benchmarks that need no Slurm (issue 7: P1, P3, P5, P6) and its Go
 // micro-benchmarks. Each benchmark builds the real pieces the way production wires them — a controller.Controller
 // on a fresh PostgreSQL database of the test bed, a pgxpool with its default size, the Juice HTTP client against an
-// in-process juicesim at zero delays — and replaces only Slurm, by a scripted listing (FakeSlurm), since P2 and P4
+// in-process juicesim at zero delays — and replaces only Slurm, by a scripted listing (test/fakeslurm), since P2 and P4
 // are measured on the real cluster elsewhere.
 //
 // The driver is cmd/juice-bench; nothing here asserts on time: figures are reported, targets are compared in the
@@ -28,7 +28,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
-	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
@@ -48,7 +48,7 @@ type World struct {
 	Sim       *juicesim.Server // nil when the simulator runs elsewhere (P5's child)
 	Juice     *juiceapi.HTTPClient
 	TokenFile string
-	Slurm     *FakeSlurm
+	Slurm     *fakeslurm.Slurm
 	Key       []byte
 	Secret    []byte
 	Dir       string // a temporary directory the world removes on Close
@@ -70,7 +70,7 @@ type WorldConfig struct {
 
 // NewWorld builds a world; Close drops its database and stops its simulator.
 func NewWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
-	w := &World{Slurm: NewFakeSlurm(), Key: []byte("0123456789abcdef0123456789abcdef"),
+	w := &World{Slurm: fakeslurm.New(), Key: []byte("0123456789abcdef0123456789abcdef"),
 		Secret: []byte("hook-secret-for-the-benchmarks-0123")}
 	var err error
 	if w.Dir, err = os.MkdirTemp("", "juice-bench-"); err != nil {
@@ -333,66 +333,6 @@ func (rw *ReadyWatcher) WaitFor(n int, within time.Duration) (time.Time, error) 
 
 // Close stops watching (the context given to WatchState must end too).
 func (rw *ReadyWatcher) Close() { rw.conn.Close(context.Background()) }
-
-// FakeSlurm is a scripted slurmrestd, as in controller/harness_test.go: the jobs the benchmark sets, and the
-// update_time rule of the real one (a listing with nothing changed since `since` is Unchanged).
-type FakeSlurm struct {
-	mu      sync.Mutex
-	jobs    map[uint32]slurmrest.Job
-	changed time.Time
-	Lists   int
-}
-
-// NewFakeSlurm has no jobs.
-func NewFakeSlurm() *FakeSlurm {
-	return &FakeSlurm{jobs: map[uint32]slurmrest.Job{}, changed: time.Now()}
-}
-
-// SetRunning lists jobs first..first+n-1 as RUNNING Juice jobs (run 0).
-func (f *FakeSlurm) SetRunning(first uint32, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := time.Now()
-	for i := 0; i < n; i++ {
-		id := first + uint32(i)
-		f.jobs[id] = slurmrest.Job{ID: id, State: slurmrest.StateRunning, StateReason: "None", UserName: "alice",
-			Partition: "debug", AdminComment: Request, Comment: Request, Priority: 100, Batch: true, SubmitTime: now}
-	}
-	f.changed = f.changed.Add(time.Second)
-}
-
-func (f *FakeSlurm) ListJobs(_ context.Context, since time.Time) (slurmrest.JobList, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.Lists++
-	if !since.IsZero() && !f.changed.After(since) {
-		return slurmrest.JobList{Unchanged: true, LastUpdate: since}, nil
-	}
-	l := slurmrest.JobList{LastUpdate: f.changed, Jobs: make([]slurmrest.Job, 0, len(f.jobs))}
-	for _, j := range f.jobs {
-		l.Jobs = append(l.Jobs, j)
-	}
-	return l, nil
-}
-
-func (f *FakeSlurm) GetJob(_ context.Context, id uint32) (*slurmrest.Job, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	j, ok := f.jobs[id]
-	if !ok {
-		return nil, slurmrest.ErrNotFound
-	}
-	return &j, nil
-}
-
-func (f *FakeSlurm) UpdateJob(_ context.Context, id uint32, _ slurmrest.JobUpdate) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.jobs[id]; !ok {
-		return slurmrest.ErrNotFound
-	}
-	return nil
-}
 
 // Stats summarises durations.
 type Stats struct {

@@ -1,0 +1,117 @@
+// Package fakeslurm is a scripted slurmrestd for the controller's tests and benchmarks: the jobs a test sets, the
+// update_time rule of the real one (a listing with nothing changed since `since` is Unchanged), and counts of the
+// calls. It implements controller.Slurm. The real-Slurm path is tested end to end in test/e2e.
+package fakeslurm
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+)
+
+// Slurm is the scripted slurmrestd.
+type Slurm struct {
+	mu      sync.Mutex
+	jobs    map[uint32]slurmrest.Job
+	changed time.Time
+	lists   int
+	updates []slurmrest.JobUpdate
+}
+
+// New has no jobs.
+func New() *Slurm { return &Slurm{jobs: map[uint32]slurmrest.Job{}, changed: time.Now()} }
+
+// JuiceJob is a job carrying req in admin_comment and comment, as job_submit.lua writes it.
+func JuiceJob(id uint32, run int, state slurmrest.JobState, req string) slurmrest.Job {
+	return slurmrest.Job{ID: id, Run: run, State: state, StateReason: "None", UserName: "alice", Partition: "debug",
+		AdminComment: req, Comment: req, Priority: 100, Batch: true, SubmitTime: time.Now()}
+}
+
+// touch moves the listing's clock: the real one has one-second resolution, and a change always moves it forward.
+func (f *Slurm) touch() { f.changed = f.changed.Add(time.Second) }
+
+// Set lists (or replaces) jobs.
+func (f *Slurm) Set(jobs ...slurmrest.Job) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, j := range jobs {
+		f.jobs[j.ID] = j
+	}
+	f.touch()
+}
+
+// SetRunning lists jobs first..first+n-1 as RUNNING Juice jobs (run 0) asking for req.
+func (f *Slurm) SetRunning(first uint32, n int, req string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := 0; i < n; i++ {
+		id := first + uint32(i)
+		f.jobs[id] = JuiceJob(id, 0, slurmrest.StateRunning, req)
+	}
+	f.touch()
+}
+
+// Remove drops a job, as slurmctld does after MinJobAge.
+func (f *Slurm) Remove(id uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.jobs, id)
+	f.touch()
+}
+
+// Lists counts ListJobs calls.
+func (f *Slurm) Lists() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
+}
+
+// Updates returns the updates asked for so far.
+func (f *Slurm) Updates() []slurmrest.JobUpdate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]slurmrest.JobUpdate(nil), f.updates...)
+}
+
+func (f *Slurm) ListJobs(_ context.Context, since time.Time) (slurmrest.JobList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	if !since.IsZero() && !f.changed.After(since) {
+		return slurmrest.JobList{Unchanged: true, LastUpdate: since}, nil
+	}
+	l := slurmrest.JobList{LastUpdate: f.changed, Jobs: make([]slurmrest.Job, 0, len(f.jobs))}
+	for _, j := range f.jobs {
+		l.Jobs = append(l.Jobs, j)
+	}
+	return l, nil
+}
+
+func (f *Slurm) GetJob(_ context.Context, id uint32) (*slurmrest.Job, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.jobs[id]
+	if !ok {
+		return nil, slurmrest.ErrNotFound
+	}
+	return &j, nil
+}
+
+// UpdateJob records the update; BeginNow lets a job waiting for its begin time go, as slurmctld does.
+func (f *Slurm) UpdateJob(_ context.Context, id uint32, u slurmrest.JobUpdate) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updates = append(f.updates, u)
+	j, ok := f.jobs[id]
+	if !ok {
+		return slurmrest.ErrNotFound
+	}
+	if u.BeginNow && j.StateReason == "BeginTime" {
+		j.StateReason = "None"
+		f.jobs[id] = j
+		f.touch()
+	}
+	return nil
+}
