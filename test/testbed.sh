@@ -35,6 +35,10 @@ JUICE_PREFIX=/usr/local/lib/juice-slurm
 JUICE_ETC=/etc/juice-slurm
 JUICE_SESSIONS=/var/spool/juice-slurm/sessions
 
+# The daemons started here inherit the working directory: make it one that never goes away (slurmrestd dies on
+# getcwd when the directory it was started in, say a deleted clone, is gone).
+cd /
+
 log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
