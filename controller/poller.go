@@ -96,7 +96,7 @@ func (p *Poller) Poll(ctx context.Context) error {
 		case slurmrest.StatePending:
 			if !j.Held() {
 				cands = append(cands, reconcile.Candidate{Run: p.run(&j), Request: req, Priority: j.Priority,
-					SubmitTime: j.SubmitTime, StateReason: p.reason(&j), ExpectedStart: j.StartTime})
+					SubmitTime: j.SubmitTime, StateReason: j.StateReason, ExpectedStart: j.StartTime})
 			}
 		case slurmrest.StateConfiguring, slurmrest.StateRunning, slurmrest.StateSuspended:
 			active = append(active, j)
@@ -210,49 +210,6 @@ func (p *Poller) unwant(ctx context.Context, r *reconcile.Reservation, reason, j
 	return Unwant(ctx, p.Store, r, reason, jobState, over, p.Enqueue)
 }
 
-// Unwant is the one way a reservation becomes unwanted, for the poller, the epilog and the admin alike; over
-// says that the run itself is over (see Reservation.RunOver). A conflicting write is retried on the fresh row, so
-// an unwanted run is never missed.
-func Unwant(ctx context.Context, store reconcile.Store, r *reconcile.Reservation, reason, jobState string, over bool, enqueue func(uuid.UUID)) error {
-	for attempt := 0; attempt < 5; attempt++ {
-		if r.State.Final() || !r.Wanted && r.State != reconcile.StatePending {
-			if over && !r.RunOver {
-				// Already let go (held, say) and now over: remember it, so the run is not reserved again.
-				r.RunOver = true
-				if err := store.Save(ctx, r, nil); err != nil && !errors.Is(err, reconcile.ErrConflict) {
-					return err
-				}
-			}
-			return nil
-		}
-		r.Wanted = false
-		r.RunOver = r.RunOver || over
-		if jobState != "" {
-			r.JobState = jobState
-		}
-		t, err := reconcile.Apply(r, reconcile.EventUnwanted, reason, time.Now())
-		if err != nil {
-			return err
-		}
-		err = store.Save(ctx, r, &t)
-		if err == nil {
-			if enqueue != nil {
-				enqueue(r.ID)
-			}
-			return nil
-		}
-		if !errors.Is(err, reconcile.ErrConflict) {
-			return err
-		}
-		fresh, err := store.Get(ctx, r.ID)
-		if err != nil {
-			return err
-		}
-		*r = fresh
-	}
-	return fmt.Errorf("reservation %s: gave up marking it unwanted after repeated conflicts", r.ID)
-}
-
 // request returns the job's Juice request, if it carries one we trust.
 func (p *Poller) request(j *slurmrest.Job) (reconcile.Request, bool) {
 	src := j.AdminComment
@@ -271,15 +228,6 @@ func (p *Poller) request(j *slurmrest.Job) (reconcile.Request, bool) {
 
 func (p *Poller) run(j *slurmrest.Job) reconcile.RunID {
 	return reconcile.RunID{Cluster: p.Cluster, JobID: j.ID, Run: j.Run}
-}
-
-// reason lets a requeued run's BeginTime count as eligible: the look-ahead reserves for it during Slurm's
-// requeue delay, and observe lets it begin as soon as the session is ready.
-func (p *Poller) reason(j *slurmrest.Job) string {
-	if j.StateReason == "BeginTime" && j.Run > 0 {
-		return "Priority"
-	}
-	return j.StateReason
 }
 
 // forget drops what the poller remembers of jobs that slurmctld no longer lists, so its memory follows the

@@ -40,8 +40,12 @@ type Candidate struct {
 // (held, begin time ahead, dependency, reservation, partition down, ...) is not likely to start soon.
 var waitReasons = map[string]bool{"": true, "None": true, "Priority": true, "Resources": true, "Licenses": true}
 
-// Eligible reports whether the job waits only for its turn.
-func (c Candidate) Eligible() bool { return waitReasons[c.StateReason] }
+// Eligible reports whether the job waits only for its turn. A requeued run (restart count above 0) waiting out
+// Slurm's requeue delay (reason BeginTime) counts too: reserving for it now lets it begin as soon as its session
+// is ready (the poller then sets its begin time to now), instead of after the delay and a prolog's wait.
+func (c Candidate) Eligible() bool {
+	return waitReasons[c.StateReason] || c.StateReason == "BeginTime" && c.Run.Run > 0
+}
 
 // Held reports whether Slurm's reason says the job is held, by its user or an administrator.
 func Held(reason string) bool {

@@ -32,6 +32,10 @@ func TestLookahead(t *testing.T) {
 	require.Len(t, got, 3)
 
 	require.Empty(t, Lookahead{}.Select(now, cands))
+	requeued := c(5, "a", 50, "BeginTime")
+	requeued.Run.Run = 1
+	require.True(t, requeued.Eligible(), "a requeued run waiting out the requeue delay")
+	require.False(t, c(5, "a", 50, "BeginTime").Eligible(), "a first run whose begin time is ahead")
 	require.True(t, Held("JobHeldAdmin"))
 	require.False(t, Held("Priority"))
 }
