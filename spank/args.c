@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 int juice_cluster_valid(const char *name)
 {
 	size_t n;
@@ -47,9 +50,10 @@ static const char *key_help(const char *k, size_t klen)
 		return "a pool name: 1-63 of A-Z a-z 0-9 . _ -, first a letter "
 		       "or digit";
 	if (strncmp(k, "max_gpus", klen) == 0)
-		return "a whole number from 1 to 4096";
+		return "a whole number from 1 to " STR(JUICE_MAX_GPUS_LIMIT);
 	if (strncmp(k, "max_vram", klen) == 0)
-		return "a VRAM size above 0 such as 80, 80GiB or 40960MiB";
+		return "a VRAM size above 0 such as 80, 80GiB or 40960MiB, "
+		       "at most 2^63-1 bytes";
 	return "a cluster name: 1-63 of A-Z a-z 0-9 . _ -";
 }
 
@@ -122,7 +126,8 @@ int juice_args_parse(int ac, char **av, struct juice_config *cfg,
 		} else if (KEY_IS("max_vram")) {
 			uint64_t n = 0;
 			dup = seen_vram++;
-			bad = juice_parse_vram(v, &n) < 0 || n == 0;
+			bad = juice_parse_vram(v, &n) < 0 || n == 0 ||
+			      n > JUICE_REQUEST_MAX_VRAM;
 			if (!bad && !dup)
 				cfg->limits.max_vram = n;
 		} else if (KEY_IS("cluster")) {

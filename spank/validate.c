@@ -226,6 +226,11 @@ int juice_request_resolve(const char *pool, const char *gpus, const char *vram,
 			  struct juice_request *req, enum juice_opt *bad,
 			  char *err, size_t errlen)
 {
+	/* Within the grammar's bounds, whatever the limits say. */
+	unsigned max_gpus = lim->max_gpus < JUICE_REQUEST_MAX_GPUS ?
+			    lim->max_gpus : JUICE_REQUEST_MAX_GPUS;
+	uint64_t max_vram = lim->max_vram < JUICE_REQUEST_MAX_VRAM ?
+			    lim->max_vram : JUICE_REQUEST_MAX_VRAM;
 	char q[80], q2[80];
 
 	memset(req, 0, sizeof(*req));
@@ -239,13 +244,13 @@ int juice_request_resolve(const char *pool, const char *gpus, const char *vram,
 		return -1;
 	}
 	req->gpus = 1;
-	if (gpus && juice_check_gpu_count(gpus, lim->max_gpus, &req->gpus,
-					  err, errlen) < 0) {
+	if (gpus && juice_check_gpu_count(gpus, max_gpus, &req->gpus, err,
+					  errlen) < 0) {
 		*bad = JUICE_OPT_GPUS;
 		return -1;
 	}
-	if (vram && juice_check_vram(vram, lim->max_vram, &req->vram,
-				     err, errlen) < 0) {
+	if (vram && juice_check_vram(vram, max_vram, &req->vram, err,
+				     errlen) < 0) {
 		*bad = JUICE_OPT_VRAM;
 		return -1;
 	}
@@ -280,8 +285,15 @@ int juice_request_resolve(const char *pool, const char *gpus, const char *vram,
 int juice_request_format(const struct juice_request *req, char *out,
 			 size_t outlen)
 {
+	struct juice_request back;
+	size_t plen = strnlen(req->pool, sizeof(req->pool));
 	int n;
 
+	if (outlen == 0)
+		return -1;
+	out[0] = '\0';
+	if (plen == sizeof(req->pool))
+		return -1;  /* not NUL-terminated */
 	if (req->vram)
 		n = snprintf(out, outlen, "juice:v1:pool=%s,gpus=%u,vram=%llu",
 			     req->pool, req->gpus,
@@ -290,6 +302,159 @@ int juice_request_format(const struct juice_request *req, char *out,
 		n = snprintf(out, outlen, "juice:v1:pool=%s,gpus=%u",
 			     req->pool, req->gpus);
 	if (n < 0 || (size_t)n >= outlen || n > JUICE_REQUEST_MAX)
+		goto bad;
+	/* Only a text that parses back to the same request leaves here. */
+	if (juice_request_parse(out, &back, NULL) != 1 ||
+	    strcmp(back.pool, req->pool) != 0 || back.gpus != req->gpus ||
+	    back.vram != req->vram)
+		goto bad;
+	return 0;
+bad:
+	out[0] = '\0';
+	return -1;
+}
+
+/*
+ * A decimal number from 1 to max without a leading zero, exactly the bytes
+ * [p, end).  0 with *out, or -1.
+ */
+static int parse_count(const char *p, const char *end, uint64_t max,
+		       uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (p == end || *p == '0')
 		return -1;
+	for (; p < end; p++) {
+		uint64_t d;
+
+		if (!is_digit(*p))
+			return -1;
+		d = (uint64_t)(*p - '0');
+		if (v > (max - d) / 10)
+			return -1;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
+}
+
+int juice_request_parse(const char *s, struct juice_request *req,
+			const char **what)
+{
+	static const char *const key[3] = { "pool=", "gpus=", "vram=" };
+	const char *f[3], *fe[3], *p, *end, *bad;
+	uint64_t gpus, vram = 0;
+	size_t len, n, i;
+
+	memset(req, 0, sizeof(*req));
+	if (what)
+		*what = NULL;
+	/* 1. none, 2. version, 3. length */
+	if (!s || strncmp(s, "juice:", 6) != 0)
+		return 0;
+	if (strncmp(s, "juice:v1:", 9) != 0) {
+		bad = "version";
+		goto fail;
+	}
+	len = strnlen(s, JUICE_REQUEST_MAX + 1);
+	if (len > JUICE_REQUEST_MAX) {
+		bad = "length";
+		goto fail;
+	}
+	/* 4. form: the rest split at every ',' into pool=, gpus=[, vram=] */
+	end = s + len;
+	p = s + 9;
+	for (n = 0;; n++) {
+		const char *comma = memchr(p, ',', (size_t)(end - p));
+
+		if (n == 3) {
+			bad = "form";
+			goto fail;
+		}
+		f[n] = p;
+		fe[n] = comma ? comma : end;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	n++;
+	if (n < 2) {
+		bad = "form";
+		goto fail;
+	}
+	for (i = 0; i < n; i++) {
+		if ((size_t)(fe[i] - f[i]) < 5 || memcmp(f[i], key[i], 5) != 0) {
+			bad = "form";
+			goto fail;
+		}
+		f[i] += 5;
+	}
+	/* 5. pool */
+	len = (size_t)(fe[0] - f[0]);
+	bad = "pool";
+	if (len == 0 || len > JUICE_POOL_MAX || !is_alnum(f[0][0]))
+		goto fail;
+	for (p = f[0]; p < fe[0]; p++)
+		if (!is_alnum(*p) && *p != '.' && *p != '_' && *p != '-')
+			goto fail;
+	/* 6. gpus */
+	bad = "gpus";
+	if (parse_count(f[1], fe[1], JUICE_REQUEST_MAX_GPUS, &gpus) < 0)
+		goto fail;
+	/* 7. vram: a number of bytes, and only for one GPU */
+	bad = "vram";
+	if (n == 3 && (parse_count(f[2], fe[2], JUICE_REQUEST_MAX_VRAM,
+				   &vram) < 0 || gpus != 1))
+		goto fail;
+
+	memcpy(req->pool, f[0], len);
+	req->pool[len] = '\0';
+	req->gpus = (unsigned)gpus;
+	req->vram = vram;
+	return 1;
+fail:
+	if (what)
+		*what = bad;
+	return -1;
+}
+
+int juice_request_matches(const struct juice_request *req, const char *pool,
+			  const char *gpus, const char *vram, char *err,
+			  size_t errlen)
+{
+	char q[80], m[32], e[8];
+	unsigned n;
+	uint64_t v;
+
+	if (pool && strcmp(pool, req->pool) != 0) {
+		juice_quote(pool, q, sizeof(q));
+		snprintf(err, errlen, "this step was given --juice-pool \"%s\" "
+			 "but the job's request is for pool %s", q, req->pool);
+		return -1;
+	}
+	if (gpus && (juice_check_gpu_count(gpus, JUICE_REQUEST_MAX_GPUS, &n, e,
+					   sizeof(e)) < 0 || n != req->gpus)) {
+		juice_quote(gpus, q, sizeof(q));
+		snprintf(err, errlen, "this step was given --juice-gpu-count "
+			 "\"%s\" but the job's request is for %u GPU%s", q,
+			 req->gpus, req->gpus == 1 ? "" : "s");
+		return -1;
+	}
+	if (vram && (juice_parse_vram(vram, &v) < 0 || v == 0 ||
+		     v != req->vram)) {
+		juice_quote(vram, q, sizeof(q));
+		if (req->vram) {
+			juice_format_size(req->vram, m, sizeof(m));
+			snprintf(err, errlen, "this step was given --juice-vram "
+				 "\"%s\" but the job's request is for a slice of "
+				 "%s", q, m);
+		} else {
+			snprintf(err, errlen, "this step was given --juice-vram "
+				 "\"%s\" but the job's request is for whole GPUs",
+				 q);
+		}
+		return -1;
+	}
 	return 0;
 }

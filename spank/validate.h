@@ -1,8 +1,9 @@
 /*
  * validate.h - option validation and VRAM sizes for the juice SPANK plugin.
  *
- * Pure C, no Slurm: unit-tested against test/vectors/options.tsv and
- * test/vectors/vram.tsv (the same tables the Go side reads).
+ * Pure C, no Slurm: unit-tested against test/vectors/options.tsv,
+ * test/vectors/vram.tsv and test/vectors/requests.tsv (the same tables the Go
+ * side reads).
  */
 #ifndef JUICE_VALIDATE_H
 #define JUICE_VALIDATE_H
@@ -12,9 +13,13 @@
 
 #define JUICE_POOL_MAX 63          /* characters in a pool name */
 #define JUICE_REQUEST_MAX 1024     /* bytes in a canonical request */
+/* The grammar's bounds (test/vectors/README.md section 3, rules 6 and 7). */
+#define JUICE_REQUEST_MAX_GPUS 1024
+#define JUICE_REQUEST_MAX_VRAM 9223372036854775807ULL  /* 2^63-1: a bigint */
 #define JUICE_DEFAULT_MAX_GPUS 8
 #define JUICE_DEFAULT_MAX_VRAM (80ULL << 30)  /* 80GiB */
-#define JUICE_MAX_GPUS_LIMIT 4096  /* largest max_gpus= a site may configure */
+/* The largest max_gpus= a site may configure: what a request can carry. */
+#define JUICE_MAX_GPUS_LIMIT JUICE_REQUEST_MAX_GPUS
 
 /* The options, for "which option is wrong". */
 enum juice_opt {
@@ -65,16 +70,43 @@ int juice_check_vram(const char *s, uint64_t max_vram, uint64_t *out,
  * All rules together.  pool/gpus/vram are the raw option values, NULL when
  * the option was not given.  Returns 0 when no option was given (not a Juice
  * job), 1 with *req filled, or -1 with *bad naming the option and err a
- * message.
+ * message.  Limits above the grammar's bounds count as those bounds, so a
+ * resolved request always formats.
  */
 int juice_request_resolve(const char *pool, const char *gpus, const char *vram,
 			  const struct juice_limits *lim,
 			  struct juice_request *req, enum juice_opt *bad,
 			  char *err, size_t errlen);
 
-/* "juice:v1:pool=P,gpus=N[,vram=B]".  Returns 0, or -1 if it does not fit. */
+/*
+ * "juice:v1:pool=P,gpus=N[,vram=B]".  Returns 0, or -1 (out "") when it does
+ * not fit or req is not a valid request: what it writes always parses back
+ * to *req with juice_request_parse.
+ */
 int juice_request_format(const struct juice_request *req, char *out,
 			 size_t outlen);
+
+/*
+ * Parse a canonical request strictly (test/vectors/README.md section 3,
+ * rules checked in order).  Returns 1 with *req filled; 0 when s is not a
+ * Juice request at all (it does not start with "juice:"); -1 when it is a
+ * broken one, with *what the first rule broken: "version", "length",
+ * "form", "pool", "gpus" or "vram".  *req is zeroed unless 1; *what is NULL
+ * unless -1 (what may be NULL).  No allocation.
+ */
+int juice_request_parse(const char *s, struct juice_request *req,
+			const char **what);
+
+/*
+ * Does a request agree with the --juice-* values given to a step (NULL = not
+ * given)?  Only what was given is compared: the pool as text, the GPU count
+ * and the VRAM as numbers (so "02" agrees with 2 and "1.5" with 1610612736).
+ * Returns 0, or -1 with a message (no "juice: " prefix) naming the option
+ * and quoting its value.
+ */
+int juice_request_matches(const struct juice_request *req, const char *pool,
+			  const char *gpus, const char *vram, char *err,
+			  size_t errlen);
 
 /*
  * Copy a user-supplied value for a message: printable ASCII as is, anything

@@ -2,11 +2,12 @@
  * test_juice.c - unit tests of the pure-C parts of the juice SPANK plugin
  * (no Slurm needed):
  *
- *   --tables DIR    DIR/vram.tsv and DIR/options.tsv (test/vectors): every row
+ *   --tables DIR    DIR/vram.tsv, DIR/options.tsv and DIR/requests.tsv
+ *                   (test/vectors): every row
  *   --session DIR   DIR/key.hex and every DIR/<name>.expect + <name>.session
  *   --missing DIR   a vector directory that should exist: counted as failed
  *
- * Also the plugstack argument parser, the key loader and the session file
+ * Also the plugstack argument parser, the key loader, the session file
  * search.  Prints one line per failure and a summary "N passed, M failed";
  * exits 1 on any failure.
  */
@@ -197,12 +198,20 @@ static void test_options_table(const char *dir)
 			CHECK(rc == 0, "options.tsv:%d: want none, got rc=%d %s",
 			      lineno, rc, err);
 		} else if (strncmp(f[4], "ok ", 3) == 0) {
+			struct juice_request back;
+			const char *what = NULL;
+
 			out[0] = '\0';
 			if (rc == 1)
 				juice_request_format(&req, out, sizeof(out));
 			CHECK(rc == 1 && strcmp(out, f[4] + 3) == 0,
 			      "options.tsv:%d: want %s, got rc=%d \"%s\" %s",
 			      lineno, f[4] + 3, rc, out, err);
+			CHECK(juice_request_parse(out, &back, &what) == 1 &&
+			      strcmp(back.pool, req.pool) == 0 &&
+			      back.gpus == req.gpus && back.vram == req.vram,
+			      "options.tsv:%d: \"%s\" does not parse back (%s)",
+			      lineno, out, what ? what : "-");
 		} else if (strncmp(f[4], "error ", 6) == 0) {
 			CHECK(rc < 0 && strcmp(juice_opt_name(bad), f[4] + 6) == 0,
 			      "options.tsv:%d: want error %s, got rc=%d %s (%s)",
@@ -240,6 +249,189 @@ static void test_options_table(const char *dir)
 	free(data);
 }
 
+/*
+ * Undo the requests.tsv escapes (\\ \t \n \xNN) in place.  0, or -1 on a
+ * bad escape or a NUL (which a C string cannot carry).
+ */
+static int unescape(char *s)
+{
+	char *o = s;
+
+	for (; *s; s++) {
+		if (*s != '\\') {
+			*o++ = *s;
+			continue;
+		}
+		s++;
+		if (*s == '\\')
+			*o++ = '\\';
+		else if (*s == 't')
+			*o++ = '\t';
+		else if (*s == 'n')
+			*o++ = '\n';
+		else if (*s == 'x' && s[1] && s[2]) {
+			char hex[3] = { s[1], s[2], 0 }, *end;
+			long v = strtol(hex, &end, 16);
+			if (*end || v == 0)
+				return -1;
+			*o++ = (char)v;
+			s += 2;
+		} else
+			return -1;
+	}
+	*o = '\0';
+	return 0;
+}
+
+static void test_requests_table(const char *dir)
+{
+	char path[4096], *data, *cur, *line, *f[6];
+	int lineno = 0, rows = 0, nok = 0, nnone = 0, nerr = 0;
+
+	snprintf(path, sizeof(path), "%s/requests.tsv", dir);
+	data = slurp(path, NULL);
+	CHECK(data != NULL, "cannot read %s", path);
+	if (!data)
+		return;
+	cur = data;
+	while ((line = next_line(&cur, &lineno))) {
+		struct juice_request req;
+		const char *what = "?";
+		char out[JUICE_REQUEST_MAX + 1];
+		int rc, n = split_tabs(line, f, 6);
+
+		rows++;
+		if (unescape(f[0]) < 0) {
+			CHECK(0, "requests.tsv:%d: bad escape in the input",
+			      lineno);
+			continue;
+		}
+		rc = juice_request_parse(f[0], &req, &what);
+		if (n == 5 && strcmp(f[1], "ok") == 0) {
+			unsigned long long vram = strtoull(f[4], NULL, 10);
+			nok++;
+			CHECK(rc == 1 && what == NULL &&
+			      strcmp(req.pool, f[2]) == 0 &&
+			      req.gpus == strtoul(f[3], NULL, 10) &&
+			      req.vram == vram,
+			      "requests.tsv:%d: want ok %s %s %s, got rc=%d %s "
+			      "%s %u %llu", lineno, f[2], f[3], f[4], rc,
+			      rc < 0 ? what : "", req.pool, req.gpus,
+			      (unsigned long long)req.vram);
+			/* The one text of that request. */
+			CHECK(juice_request_format(&req, out, sizeof(out)) == 0 &&
+			      strcmp(out, f[0]) == 0,
+			      "requests.tsv:%d: format(parse(x)) = \"%s\"",
+			      lineno, out);
+		} else if (n == 2 && strcmp(f[1], "none") == 0) {
+			nnone++;
+			CHECK(rc == 0 && what == NULL && req.pool[0] == '\0',
+			      "requests.tsv:%d: want none, got rc=%d %s", lineno,
+			      rc, rc < 0 ? what : "");
+		} else if (n == 3 && strcmp(f[1], "error") == 0) {
+			nerr++;
+			CHECK(rc == -1 && what && strcmp(what, f[2]) == 0 &&
+			      req.pool[0] == '\0' && req.gpus == 0,
+			      "requests.tsv:%d: want error %s, got rc=%d %s",
+			      lineno, f[2], rc, rc < 0 ? what : "");
+		} else {
+			CHECK(0, "requests.tsv:%d: bad expected columns", lineno);
+		}
+	}
+	printf("requests.tsv: %d rows (%d ok, %d none, %d error)\n", rows, nok,
+	       nnone, nerr);
+	CHECK(nok > 0 && nnone > 0 && nerr > 0, "requests.tsv: every kind");
+	free(data);
+}
+
+/* juice_request_format never writes a text that does not parse. */
+static void test_request_format(void)
+{
+	struct juice_request req, back;
+	char out[JUICE_REQUEST_MAX + 1], small[20];
+	struct {
+		const char *pool;
+		unsigned gpus;
+		unsigned long long vram;
+		int ok;
+	} cases[] = {
+		{ "test", 1, 0, 1 },
+		{ "test", 1024, 0, 1 },
+		{ "test", 1, 9223372036854775807ULL, 1 },
+		{ "test", 0, 0, 0 },
+		{ "test", 1025, 0, 0 },
+		{ "test", 4096, 0, 0 },
+		{ "test", 2, 1, 0 },     /* a slice is for one GPU */
+		{ "test", 1, 9223372036854775808ULL, 0 },
+		{ "test", 1, 18446744073709551615ULL, 0 },
+		{ "", 1, 0, 0 },
+		{ "-x", 1, 0, 0 },
+		{ "a,gpus=2", 1, 0, 0 },
+		{ "a,gpus=1,vram=5", 1, 0, 0 },
+		{ "te st", 1, 0, 0 },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memset(&req, 0, sizeof(req));
+		snprintf(req.pool, sizeof(req.pool), "%s", cases[i].pool);
+		req.gpus = cases[i].gpus;
+		req.vram = cases[i].vram;
+		strcpy(out, "junk");
+		if (cases[i].ok)
+			CHECK(juice_request_format(&req, out, sizeof(out)) == 0 &&
+			      juice_request_parse(out, &back, NULL) == 1 &&
+			      back.gpus == req.gpus && back.vram == req.vram &&
+			      strcmp(back.pool, req.pool) == 0,
+			      "format case %zu: \"%s\"", i, out);
+		else
+			CHECK(juice_request_format(&req, out, sizeof(out)) < 0 &&
+			      out[0] == '\0',
+			      "format case %zu should be refused: \"%s\"", i, out);
+	}
+	/* A pool without its NUL; a buffer too small. */
+	memset(&req, 'a', sizeof(req.pool));
+	req.gpus = 1;
+	req.vram = 0;
+	CHECK(juice_request_format(&req, out, sizeof(out)) < 0,
+	      "unterminated pool refused");
+	snprintf(req.pool, sizeof(req.pool), "test");
+	CHECK(juice_request_format(&req, small, sizeof(small)) < 0 &&
+	      small[0] == '\0', "small buffer refused");
+	CHECK(juice_request_format(&req, small, 0) < 0, "empty buffer refused");
+	/* NULL is not a request; "what" may be NULL. */
+	CHECK(juice_request_parse(NULL, &req, NULL) == 0, "NULL: none");
+	CHECK(juice_request_parse("juice:v1:", &req, NULL) == -1,
+	      "no what pointer");
+}
+
+/* The grammar's bounds reach the options: limits cannot exceed them. */
+static void test_resolve_bounds(void)
+{
+	struct juice_limits lim;
+	struct juice_request req;
+	enum juice_opt bad;
+	char err[512], out[JUICE_REQUEST_MAX + 1];
+
+	juice_limits_default(&lim);
+	lim.max_gpus = 4096;
+	lim.max_vram = UINT64_MAX;
+	CHECK(juice_request_resolve("test", "1024", NULL, &lim, &req, &bad, err,
+				    sizeof(err)) == 1 &&
+	      juice_request_format(&req, out, sizeof(out)) == 0,
+	      "1024 GPUs: %s", err);
+	CHECK(juice_request_resolve("test", "1025", NULL, &lim, &req, &bad, err,
+				    sizeof(err)) < 0 && bad == JUICE_OPT_GPUS &&
+	      strstr(err, "from 1 to 1024"), "1025 GPUs: %s", err);
+	CHECK(juice_request_resolve("test", NULL, "9223372036854775807B", &lim,
+				    &req, &bad, err, sizeof(err)) == 1 &&
+	      juice_request_format(&req, out, sizeof(out)) == 0,
+	      "2^63-1 bytes: %s", err);
+	CHECK(juice_request_resolve("test", NULL, "9223372036854775808B", &lim,
+				    &req, &bad, err, sizeof(err)) < 0 &&
+	      bad == JUICE_OPT_VRAM, "2^63 bytes: %s", err);
+}
+
 static void test_args(void)
 {
 	struct juice_config cfg;
@@ -274,6 +466,14 @@ static void test_args(void)
 		  0, "twice" },
 		{ { "/usr/bin/juice", "/s", "key=/a", "key=/b", NULL }, 0,
 		  "twice" },
+		/* The request's bounds: 1024 GPUs, 2^63-1 bytes. */
+		{ { "/usr/bin/juice", "/s", "max_gpus=1024", NULL }, 1, NULL },
+		{ { "/usr/bin/juice", "/s", "max_gpus=1025", NULL }, 0,
+		  "from 1 to 1024" },
+		{ { "/usr/bin/juice", "/s", "max_vram=9223372036854775807B",
+		    NULL }, 1, NULL },
+		{ { "/usr/bin/juice", "/s", "max_vram=8589934592GiB", NULL }, 0,
+		  "max_vram" },
 	};
 	size_t i;
 
@@ -576,6 +776,7 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--tables") == 0) {
 			test_vram_table(argv[i + 1]);
 			test_options_table(argv[i + 1]);
+			test_requests_table(argv[i + 1]);
 		} else if (strcmp(argv[i], "--session") == 0) {
 			test_session_dir(argv[i + 1]);
 		} else if (strcmp(argv[i], "--missing") == 0) {
@@ -589,6 +790,8 @@ int main(int argc, char **argv)
 		}
 	}
 	test_args();
+	test_request_format();
+	test_resolve_bounds();
 	test_quote();
 	test_header();
 	test_key_and_find();
