@@ -68,8 +68,10 @@ static int opt_cb(int val, const char *optarg, int remote)
 	opt_val[val] = copy;
 
 	/*
-	 * slurmstepd: only note that the job asked for Juice.  The values were
-	 * validated at submission; the session file decides what the tasks get.
+	 * slurmstepd: note that the job asked for Juice.  The values were
+	 * validated at submission; the session file decides what the tasks
+	 * get, and init_post_opt refuses a session whose request disagrees
+	 * with a value given here.
 	 */
 	if (remote) {
 		remote_options_seen = 1;
@@ -161,8 +163,8 @@ static int submit_request(spank_t sp)
 	if (rc == 0)
 		return 0;  /* not a Juice job */
 	if (juice_request_format(&req, request, sizeof(request)) < 0) {
-		slurm_error("juice: the request is longer than %d bytes",
-			    JUICE_REQUEST_MAX);
+		slurm_error("juice: cannot form the canonical request for "
+			    "pool %s, %u GPUs", req.pool, req.gpus);
 		return -1;
 	}
 
@@ -212,7 +214,9 @@ static void remote_post_opt(spank_t sp)
 		juice_wanted = 0;  /* no user tasks in the extern step */
 		return;
 	}
-	if (juice_remote_load(sp, &cfg, &session, session_error,
+	if (juice_remote_load(sp, &cfg, opt_val[JUICE_OPT_POOL],
+			      opt_val[JUICE_OPT_GPUS], opt_val[JUICE_OPT_VRAM],
+			      &session, session_error,
 			      sizeof(session_error)) < 0) {
 		slurm_error("juice: %s", session_error);
 		return;

@@ -101,8 +101,10 @@ static uint32_t restart_count(spank_t sp)
 }
 
 int juice_remote_load(spank_t sp, const struct juice_config *cfg,
+		      const char *pool, const char *gpus, const char *vram,
 		      struct juice_env *env, char *err, size_t errlen)
 {
+	struct juice_request req;
 	unsigned char key[JUICE_KEY_LEN];
 	char why[1024], path[PATH_MAX + 64], cluster[JUICE_CLUSTER_MAX + 1];
 	char buf[128];
@@ -144,6 +146,15 @@ int juice_remote_load(spank_t sp, const struct juice_config *cfg,
 		snprintf(err, errlen, "job %u asked for Juice GPUs but its "
 			 "session cannot be used: %s; failing the task",
 			 job_id, why);
+		return -1;
+	}
+	/* The sealed request is the job's: the step may not ask for another. */
+	if (juice_session_check_request(env, pool, gpus, vram, &req, why,
+					sizeof(why)) < 0) {
+		snprintf(err, errlen, "job %u asked for Juice GPUs but its "
+			 "session cannot be used: %s: %s; failing the task",
+			 job_id, path, why);
+		juice_env_clear(env);
 		return -1;
 	}
 	slurm_info("juice: job %u run %u: session %s opened (%zu variables)",

@@ -20,10 +20,12 @@ int juice_remote_is_extern_step(spank_t sp);
 
 /*
  * Find, verify and decrypt this job's session file (needs root: call it from
- * init_post_opt).  Returns 0 with *env filled, or -1 with err saying why
- * (without the "juice: " prefix).
+ * init_post_opt), then check its JUICE_REQUEST against the --juice-* values
+ * given to this step (pool, gpus, vram: NULL = not given).  Returns 0 with
+ * *env filled, or -1 with err saying why (without the "juice: " prefix).
  */
 int juice_remote_load(spank_t sp, const struct juice_config *cfg,
+		      const char *pool, const char *gpus, const char *vram,
 		      struct juice_env *env, char *err, size_t errlen);
 
 /*

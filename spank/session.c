@@ -157,6 +157,49 @@ void juice_env_clear(struct juice_env *env)
 	explicit_bzero(env, sizeof(*env));
 }
 
+const char *juice_env_get(const struct juice_env *env, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < env->n; i++)
+		if (strcmp(env->vars[i].name, name) == 0)
+			return env->vars[i].value;
+	return NULL;
+}
+
+int juice_session_check_request(const struct juice_env *env, const char *pool,
+				const char *gpus, const char *vram,
+				struct juice_request *req, char *err,
+				size_t errlen)
+{
+	const char *text = juice_env_get(env, "JUICE_REQUEST"), *what = NULL;
+	char why[512];
+	int rc;
+
+	if (!text) {
+		memset(req, 0, sizeof(*req));
+		snprintf(err, errlen, "it holds no JUICE_REQUEST");
+		return -1;
+	}
+	rc = juice_request_parse(text, req, &what);
+	if (rc == 0) {
+		snprintf(err, errlen, "its JUICE_REQUEST is not a Juice "
+			 "request");
+		return -1;
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "its JUICE_REQUEST is not a canonical "
+			 "Juice request (bad %s)", what);
+		return -1;
+	}
+	if (juice_request_matches(req, pool, gpus, vram, why,
+				  sizeof(why)) < 0) {
+		snprintf(err, errlen, "%s", why);
+		return -1;
+	}
+	return 0;
+}
+
 /* Strict decimal uint32: digits, no sign, no leading zero (but "0"). */
 static const char *parse_u32(const char *p, const char *end, uint32_t *out)
 {

@@ -67,6 +67,21 @@ int juice_session_find(const char *dir, uint32_t job_id, uint32_t min_run,
 		       char *path, size_t pathlen, uint32_t *found_run,
 		       char *err, size_t errlen);
 
+/* The value of a session variable, or NULL when the session does not set it. */
+const char *juice_env_get(const struct juice_env *env, const char *name);
+
+/*
+ * The session's own request against the step: its JUICE_REQUEST must be a
+ * canonical request (juice_request_parse) and agree with the --juice-*
+ * values given to this step (NULL = not given; juice_request_matches).
+ * Returns 0 with *req, or -1 with err (no "juice: " prefix; the session's
+ * text is not quoted, only the parts of a request that parsed).
+ */
+int juice_session_check_request(const struct juice_env *env, const char *pool,
+				const char *gpus, const char *vram,
+				struct juice_request *req, char *err,
+				size_t errlen);
+
 /* Wipe and free the plaintext; safe to call twice. */
 void juice_env_clear(struct juice_env *env);
 

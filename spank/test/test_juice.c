@@ -8,7 +8,7 @@
  *   --missing DIR   a vector directory that should exist: counted as failed
  *
  * Also the plugstack argument parser, the key loader, the session file
- * search.  Prints one line per failure and a summary "N passed, M failed";
+ * search and the session's request against the step's options.  Prints one line per failure and a summary "N passed, M failed";
  * exits 1 on any failure.
  */
 #include <dirent.h>
@@ -432,6 +432,80 @@ static void test_resolve_bounds(void)
 	      bad == JUICE_OPT_VRAM, "2^63 bytes: %s", err);
 }
 
+/* The session's JUICE_REQUEST against the options given to the step. */
+static void test_session_request(void)
+{
+	struct juice_env env;
+	struct juice_request req;
+	char err[1024];
+	const char *R = "juice:v1:pool=test,gpus=2";
+	const char *RV = "juice:v1:pool=test,gpus=1,vram=1610612736";
+	struct {
+		const char *request;  /* NULL: the session has none */
+		const char *pool, *gpus, *vram;
+		int ok;
+		const char *in_err;
+	} cases[] = {
+		{ R, NULL, NULL, NULL, 1, NULL },
+		{ R, "test", NULL, NULL, 1, NULL },
+		{ R, "test", "2", NULL, 1, NULL },
+		{ R, NULL, "02", NULL, 1, NULL },
+		{ R, "other", NULL, NULL, 0, "--juice-pool \"other\"" },
+		{ R, "tes", NULL, NULL, 0, "for pool test" },
+		{ R, "test", "1", NULL, 0, "--juice-gpu-count \"1\"" },
+		{ R, NULL, "3", NULL, 0, "for 2 GPUs" },
+		{ R, NULL, "two", NULL, 0, "--juice-gpu-count \"two\"" },
+		{ R, NULL, "", NULL, 0, "--juice-gpu-count \"\"" },
+		{ R, NULL, NULL, "1.5", 0, "for whole GPUs" },
+		{ R, NULL, NULL, "0", 0, "--juice-vram \"0\"" },
+		{ RV, "test", "1", "1.5", 1, NULL },
+		{ RV, NULL, NULL, "1536MiB", 1, NULL },
+		{ RV, NULL, NULL, "1610612736B", 1, NULL },
+		{ RV, NULL, NULL, "1.6", 0, "--juice-vram \"1.6\"" },
+		{ RV, NULL, NULL, "x", 0, "slice of 1536MiB" },
+		{ RV, NULL, "2", NULL, 0, "for 1 GPU" },
+		{ NULL, NULL, NULL, NULL, 0, "no JUICE_REQUEST" },
+		{ "", NULL, NULL, NULL, 0, "not a Juice request" },
+		{ "hello", NULL, NULL, NULL, 0, "not a Juice request" },
+		{ "juice:v1:pool=test,gpus=0", NULL, NULL, NULL, 0, "(bad gpus)" },
+		{ "juice:v1:pool=test,gpus=2,vram=1", NULL, NULL, NULL, 0,
+		  "(bad vram)" },
+		{ "juice:v2:pool=test,gpus=1", "test", NULL, NULL, 0,
+		  "(bad version)" },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc;
+
+		memset(&env, 0, sizeof(env));
+		env.vars[env.n].name = "JUICE_SESSION_ID";
+		env.vars[env.n++].value = "x";
+		if (cases[i].request) {
+			env.vars[env.n].name = "JUICE_REQUEST";
+			env.vars[env.n++].value = cases[i].request;
+		}
+		env.vars[env.n].name = "JUICE_REQUESTS";
+		env.vars[env.n++].value = R;
+		err[0] = '\0';
+		rc = juice_session_check_request(&env, cases[i].pool,
+						 cases[i].gpus, cases[i].vram,
+						 &req, err, sizeof(err));
+		CHECK((rc == 0) == cases[i].ok, "session request case %zu: "
+		      "rc=%d %s", i, rc, err);
+		if (cases[i].ok)
+			CHECK(strcmp(req.pool, "test") == 0,
+			      "session request case %zu: pool %s", i, req.pool);
+		else
+			CHECK(strstr(err, cases[i].in_err) != NULL,
+			      "session request case %zu: message lacks \"%s\": "
+			      "%s", i, cases[i].in_err, err);
+	}
+	CHECK(juice_env_get(&env, "JUICE_SESSION_ID") &&
+	      !juice_env_get(&env, "JUICE_SESSION") &&
+	      !juice_env_get(&env, "JUICE_SESSION_ID_"), "env get");
+}
+
 static void test_args(void)
 {
 	struct juice_config cfg;
@@ -792,6 +866,7 @@ int main(int argc, char **argv)
 	test_args();
 	test_request_format();
 	test_resolve_bounds();
+	test_session_request();
 	test_quote();
 	test_header();
 	test_key_and_find();
