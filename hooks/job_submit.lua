@@ -7,7 +7,9 @@ Install: next to slurm.conf (re-read when its mtime changes), with
 At submission the juice SPANK plugin (srun/sbatch/salloc) validated the
 --juice-* options and put JUICE_REQUEST (plus JUICE_POOL, JUICE_GPU_COUNT,
 JUICE_VRAM) into the job's spank_job_env.  Here, in slurmctld:
-  * the request's shape is checked again, strictly;
+  * the request is checked again, strictly, by the rules of
+    test/vectors/README.md section 3 (parse_request, also reachable as
+    juice.parse_request for the tests);
   * it is written into admin_comment, which the job's owner cannot change and
     which is the only place the reconciler trusts;
   * it is written into comment too, for people, when the user gave no comment
@@ -58,19 +60,52 @@ local function spank_env(job_desc, name)
 	return value
 end
 
--- Parse "juice:v1:pool=P,gpus=N[,vram=B]" strictly (test/vectors/README.md
--- section 3).  Returns pool, gpus, vram (vram nil when absent) or nil.
-local function parse_request(req)
-	local pool, gpus, vram = req:match(
-		"^juice:v1:pool=([A-Za-z0-9][A-Za-z0-9._-]*),gpus=([1-9]%d*),vram=([1-9]%d*)$")
-	if pool == nil then
-		pool, gpus = req:match(
-			"^juice:v1:pool=([A-Za-z0-9][A-Za-z0-9._-]*),gpus=([1-9]%d*)$")
+-- The canonical request (test/vectors/README.md section 3), the same rules in
+-- the same order as the C plugin and the reconciler:
+--   parse_request(s) -> "ok", pool, gpus (a number), vram (a string of bytes,
+--                       nil for whole GPUs)
+--                     | "none"          (not a Juice request: no "juice:")
+--                     | "error", what   (version|length|form|pool|gpus|vram:
+--                                        the first rule broken)
+-- Lua 5.1 numbers are doubles: vram stays a string and its bound
+-- (2^63-1) is compared as a string of the same length.
+local MAX_GPUS = 1024
+local MAX_VRAM = "9223372036854775807"
+local FIELDS = { "pool=", "gpus=", "vram=" }
+
+local function parse_request(s)
+	if type(s) ~= "string" or s:sub(1, #PREFIX) ~= PREFIX then return "none" end
+	if s:sub(1, 9) ~= "juice:v1:" then return "error", "version" end
+	if #s > MAX_LEN then return "error", "length" end
+	-- The rest split at every ",": pool=, gpus= and maybe vram=, in order.
+	local f, start = {}, 10
+	while true do
+		local comma = s:find(",", start, true)
+		f[#f + 1] = s:sub(start, comma and comma - 1 or #s)
+		if not comma then break end
+		start = comma + 1
 	end
-	if pool == nil or #pool > POOL_MAX or #gpus > 4 then return nil end
-	if vram ~= nil and (#vram > 20 or gpus ~= "1") then return nil end
-	return pool, gpus, vram
+	if #f < 2 or #f > 3 then return "error", "form" end
+	for i, v in ipairs(f) do
+		if v:sub(1, 5) ~= FIELDS[i] then return "error", "form" end
+		f[i] = v:sub(6)
+	end
+	local pool, gpus, vram = f[1], f[2], f[3]
+	if #pool > POOL_MAX or not pool:find("^[A-Za-z0-9][A-Za-z0-9._-]*$") then
+		return "error", "pool"
+	end
+	if not gpus:find("^[1-9][0-9]*$") or #gpus > 4 or tonumber(gpus) > MAX_GPUS then
+		return "error", "gpus"
+	end
+	if vram ~= nil and (not vram:find("^[1-9][0-9]*$") or #vram > #MAX_VRAM or
+	   (#vram == #MAX_VRAM and vram > MAX_VRAM) or gpus ~= "1") then
+		return "error", "vram"
+	end
+	return "ok", pool, tonumber(gpus), vram
 end
+
+-- For the tests (slurmctld needs only the two functions below).
+juice = { parse_request = parse_request }
 
 local function refuse(msg, code)
 	slurm.log_user("juice: %s", msg)
@@ -91,19 +126,22 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	if req == false then
 		return refuse("conflicting Juice requests in the job")
 	end
-	if #req > MAX_LEN then
+	local kind, pool, gpus, vram = parse_request(req)
+	if kind == "error" and pool == "length" then
 		return refuse(string.format(
 			"the Juice request is %d bytes, more than the %d a job " ..
 			"comment holds", #req, MAX_LEN))
 	end
-	local pool, gpus, vram = parse_request(req)
-	if pool == nil then
-		return refuse(string.format("malformed Juice request %q", req))
+	if kind == "none" then
+		return refuse(string.format("JUICE_REQUEST %q is not a Juice request", req))
+	end
+	if kind ~= "ok" then
+		return refuse(string.format("malformed Juice request %q (bad %s)", req, pool))
 	end
 	-- The parts, when present, must agree with the request.
 	local p, g, v = spank_env(job_desc, "JUICE_POOL"),
 		spank_env(job_desc, "JUICE_GPU_COUNT"), spank_env(job_desc, "JUICE_VRAM")
-	if (p ~= nil and p ~= pool) or (g ~= nil and g ~= gpus) or
+	if (p ~= nil and p ~= pool) or (g ~= nil and g ~= tostring(gpus)) or
 	   (v ~= nil and v ~= vram) then
 		return refuse(string.format(
 			"Juice request %q disagrees with JUICE_POOL/JUICE_GPU_COUNT/" ..
@@ -112,7 +150,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 
 	job_desc.admin_comment = req
 	local c = job_desc.comment
-	if c == nil or c == "" or c:sub(1, #PREFIX) == PREFIX then
+	if c == nil or c == "" or parse_request(c) ~= "none" then
 		job_desc.comment = req
 	end
 	slurm.log_info("juice: job_submit: uid %d request %s", submit_uid, req)
@@ -120,8 +158,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-	local ac = job_rec.admin_comment
-	if ac == nil or ac:sub(1, #PREFIX) ~= PREFIX then return slurm.SUCCESS end
+	if parse_request(job_rec.admin_comment) == "none" then return slurm.SUCCESS end
 	if trusted_uids[modify_uid] then return slurm.SUCCESS end
 	if job_desc.comment ~= nil or job_desc.admin_comment ~= nil then
 		-- ESLURM_ACCESS_DENIED: scontrol prints "Access/permission denied".

@@ -1,5 +1,8 @@
 -- Unit test of hooks/job_submit.lua with a mock `slurm` table (Lua 5.1, as
--- Debian's job_submit_lua.so uses).  usage: lua5.1 test_job_submit.lua PATH
+-- Debian's job_submit_lua.so uses).
+--   usage: lua5.1 test_job_submit.lua PATH [VECTORS]
+-- VECTORS is the directory of requests.tsv (default: test/vectors beside the
+-- hooks directory of PATH).
 local passed, failed = 0, 0
 local last_user_msg
 
@@ -88,6 +91,103 @@ local function modify(desc, admin_comment, uid)
 	return slurm_job_modify(desc, { job_id = 7, admin_comment = admin_comment }, {}, uid),
 		last_user_msg
 end
+-- test/vectors/requests.tsv: every row through juice.parse_request, submitted
+-- as JUICE_REQUEST, given as the user's comment and found in admin_comment.
+local function unescape(s)
+	local out, i = {}, 1
+	while i <= #s do
+		local c = s:sub(i, i)
+		if c ~= "\\" then
+			out[#out + 1] = c
+			i = i + 1
+		else
+			local e = s:sub(i + 1, i + 1)
+			if e == "\\" then out[#out + 1] = "\\"
+			elseif e == "t" then out[#out + 1] = "\t"
+			elseif e == "n" then out[#out + 1] = "\n"
+			elseif e == "x" and s:sub(i + 2, i + 3):find("^%x%x$") then
+				out[#out + 1] = string.char(tonumber(s:sub(i + 2, i + 3), 16))
+				i = i + 2
+			else
+				return nil
+			end
+			i = i + 2
+		end
+	end
+	return table.concat(out)
+end
+
+local function split_tabs(line)
+	local f, start = {}, 1
+	while true do
+		local tab = line:find("\t", start, true)
+		f[#f + 1] = line:sub(start, tab and tab - 1 or #line)
+		if not tab then return f end
+		start = tab + 1
+	end
+end
+
+local vectors = arg[2] or ((arg[1]:match("^(.*)/") or ".") .. "/../test/vectors")
+local tsv = io.open(vectors .. "/requests.tsv", "r")
+check(tsv ~= nil, "cannot read " .. vectors .. "/requests.tsv")
+local rows, kinds = 0, { ok = 0, none = 0, error = 0 }
+local lineno = 0
+for line in (tsv and tsv:lines() or function() end) do
+	lineno = lineno + 1
+	if line ~= "" and line:sub(1, 1) ~= "#" then
+		rows = rows + 1
+		local f = split_tabs(line)
+		local input, want = unescape(f[1]), f[2]
+		local where = string.format("requests.tsv:%d: %q", lineno, f[1])
+		check(input ~= nil, where .. ": bad escape")
+		input = input or ""
+		local kind, a, b, c = juice.parse_request(input)
+		kinds[want or "?"] = (kinds[want or "?"] or 0) + 1
+		if want == "ok" and #f == 5 then
+			local vram = c or "0"
+			check(kind == "ok" and a == f[3] and b == tonumber(f[4]) and vram == f[5],
+				string.format("%s: want ok %s %s %s, got %s %s %s %s", where, f[3], f[4], f[5],
+					tostring(kind), tostring(a), tostring(b), tostring(c)))
+			-- Submitted, with the parts the plugin sets: accepted as is.
+			local parts = { "JUICE_REQUEST=" .. input, "JUICE_POOL=" .. f[3], "JUICE_GPU_COUNT=" .. f[4] }
+			if f[5] ~= "0" then parts[#parts + 1] = "JUICE_VRAM=" .. f[5] end
+			local rc, jd = submit(parts, nil)
+			check(rc == 0 and jd.admin_comment == input and jd.comment == input, where .. ": submit accepted")
+		elseif want == "none" and #f == 2 then
+			check(kind == "none" and a == nil, where .. ": want none, got " .. tostring(kind) .. " " .. tostring(a))
+			-- As JUICE_REQUEST it is still refused: the plugin never sets such a value.
+			local rc, jd, msg = submit({ "JUICE_REQUEST=" .. input }, nil)
+			check(rc == slurm.ERROR and msg and msg:find("^juice: ") and jd.admin_comment == nil,
+				where .. ": refused as JUICE_REQUEST")
+		elseif want == "error" and #f == 3 then
+			check(kind == "error" and a == f[3],
+				string.format("%s: want error %s, got %s %s", where, f[3], tostring(kind), tostring(a)))
+			local rc, jd, msg = submit({ "JUICE_REQUEST=" .. input }, nil)
+			local names = f[3] == "length" and msg and msg:find("more than the 1024", 1, true) or
+				msg and msg:find("(bad " .. f[3] .. ")", 1, true)
+			check(rc == slurm.ERROR and msg and msg:find("^juice: ") and names and jd.admin_comment == nil,
+				where .. ": refused naming " .. f[3] .. ": " .. tostring(msg))
+		else
+			check(false, where .. ": bad expected columns")
+		end
+		-- As the user's own comment: a text that is not a request stays, one that
+		-- starts like a request gives way to the job's real request.
+		local rc, jd = submit({ "JUICE_REQUEST=" .. R }, input)
+		if want == "none" and input ~= "" then
+			check(rc == 0 and jd.comment == input and jd.admin_comment == R, where .. ": user comment kept")
+		else
+			check(rc == 0 and jd.comment == R and jd.admin_comment == R, where .. ": comment replaced")
+		end
+		-- In admin_comment: only a text that is not a request leaves the job open to edits.
+		last_user_msg = nil
+		local mrc = slurm_job_modify({ comment = "x" }, { job_id = 7, admin_comment = input }, {}, 1000)
+		check(mrc == (want == "none" and 0 or slurm.ESLURM_ACCESS_DENIED), where .. ": modify")
+	end
+end
+if tsv then tsv:close() end
+check(rows > 0 and kinds.ok > 0 and kinds.none > 0 and kinds.error > 0, "requests.tsv: every kind of row")
+print(string.format("requests.tsv: %d rows (%d ok, %d none, %d error)", rows, kinds.ok, kinds.none, kinds.error))
+
 local slurm_uid
 for line in io.lines("/etc/passwd") do
 	local u = line:match("^slurm:[^:]*:(%d+):")
