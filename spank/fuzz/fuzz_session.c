@@ -1,0 +1,154 @@
+/*
+ * fuzz_session.c - libFuzzer target: the session file opener
+ * (juice_session_open), run as root in slurmstepd on every compute node, and
+ * the request check that follows it (juice_session_check_request).
+ *
+ * The first byte says what the rest is:
+ *   even: the file's bytes as they are: the header, the size and truncation
+ *         checks, and AES-256-GCM refusing what it did not seal (the shared
+ *         vectors, sealed under the same key, open);
+ *   odd:  a plaintext, sealed here under the key with the header the opener
+ *         expects, so that the fuzzer reaches the plaintext parser and the
+ *         request check behind the authentication.
+ * The file is a private temporary file (mode 0600), rewritten per input.
+ *
+ * Oracles (abort = finding): an opened session has the expected job and
+ * cluster, at most 64 variables, each JUICE_[A-Z0-9_]+ once, no newline in
+ * a value; a refusal says why; juice_env_clear leaves nothing behind.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "session.h"
+
+/* test/vectors/session/key.hex */
+static const unsigned char key[JUICE_KEY_LEN] =
+	"juice-slurm test vector key 32B!";
+static const char header[] = "JUICE-SESSION v1 cluster=juicetest job=1234 run=0";
+static char path[4096];
+static int fd = -1;
+
+static void cleanup(void)
+{
+	if (path[0])
+		unlink(path);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	const char *tmp = getenv("TMPDIR");
+
+	(void)argc;
+	(void)argv;
+	snprintf(path, sizeof(path), "%s/fuzz_session.XXXXXX",
+		 tmp && *tmp ? tmp : "/tmp");
+	fd = mkstemp(path);
+	if (fd < 0)
+		abort();
+	atexit(cleanup);
+	return 0;
+}
+
+/* header\n nonce ciphertext tag, as the reconciler writes it. */
+static size_t seal(const uint8_t *pt, size_t ptlen, unsigned char *out)
+{
+	static const unsigned char nonce[12] = "fuzz nonce!!";
+	size_t hlen = sizeof(header) - 1, o;
+	EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+	int len = 0;
+
+	memcpy(out, header, hlen);
+	out[hlen] = '\n';
+	memcpy(out + hlen + 1, nonce, sizeof(nonce));
+	o = hlen + 1 + sizeof(nonce);
+	if (!ctx ||
+	    EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) != 1 ||
+	    EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, 12, NULL) != 1 ||
+	    EVP_EncryptInit_ex(ctx, NULL, NULL, key, nonce) != 1 ||
+	    EVP_EncryptUpdate(ctx, NULL, &len, (const unsigned char *)header,
+			      (int)hlen) != 1 ||
+	    EVP_EncryptUpdate(ctx, out + o, &len, pt, (int)ptlen) != 1)
+		abort();
+	o += (size_t)len;
+	if (EVP_EncryptFinal_ex(ctx, out + o, &len) != 1)
+		abort();
+	o += (size_t)len;
+	if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, out + o) != 1)
+		abort();
+	EVP_CIPHER_CTX_free(ctx);
+	return o + 16;
+}
+
+static void check_env(const struct juice_env *env)
+{
+	size_t i, j;
+
+	if (env->job_id != 1234 || strcmp(env->cluster, "juicetest") != 0 ||
+	    env->n > JUICE_SESSION_MAX_VARS || !env->buf)
+		abort();
+	for (i = 0; i < env->n; i++) {
+		const char *name = env->vars[i].name;
+		size_t n = strlen(name);
+
+		if (n < 7 || n > 128 || strncmp(name, "JUICE_", 6) != 0 ||
+		    strspn(name + 6, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") !=
+			    n - 6 ||
+		    strchr(env->vars[i].value, '\n'))
+			abort();
+		for (j = 0; j < i; j++)
+			if (strcmp(env->vars[j].name, name) == 0)
+				abort();
+		if (juice_env_get(env, name) == NULL)
+			abort();
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static unsigned char file[JUICE_SESSION_MAX_FILE + 256];
+	struct juice_env env;
+	struct juice_request req;
+	char err[2048];
+	size_t len;
+	int rc;
+
+	if (size < 1 || size > JUICE_SESSION_MAX_FILE + 64)
+		return 0;
+	if (data[0] & 1) {
+		len = seal(data + 1, size - 1, file);
+	} else {
+		len = size - 1;
+		memcpy(file, data + 1, len);
+	}
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, file, len, 0) != (ssize_t)len)
+		abort();
+
+	err[0] = '\0';
+	rc = juice_session_open(path, key, "juicetest", 1234, -1, &env, err,
+				sizeof(err));
+	if (rc < 0) {
+		if (err[0] == '\0' || env.buf || env.n)
+			abort();
+		return 0;
+	}
+	check_env(&env);
+	/* What init_post_opt does next: with no option, and with some. */
+	rc = juice_session_check_request(&env, NULL, NULL, NULL, &req, err,
+					 sizeof(err));
+	if (rc < 0 && err[0] == '\0')
+		abort();
+	if (rc == 0 && juice_session_check_request(&env, req.pool, NULL, NULL,
+						   &req, err, sizeof(err)) != 0)
+		abort();
+	(void)juice_session_check_request(&env, "test", "2", "1.5", &req, err,
+					  sizeof(err));
+	juice_env_clear(&env);
+	if (env.buf || env.n)
+		abort();
+	return 0;
+}
