@@ -22,6 +22,11 @@
 #include "session.h"
 #include "validate.h"
 
+/* The build's version (Makefile: git describe, or VERSION=). */
+#ifndef JUICE_VERSION
+#define JUICE_VERSION "unknown"
+#endif
+
 SPANK_PLUGIN(juice, 1);
 
 static struct juice_config cfg;
@@ -128,9 +133,18 @@ static int register_options(spank_t sp)
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
+	static int version_logged;
 	spank_context_t ctx = spank_context();
 	char err[1024];
 
+	/*
+	 * Once per slurmstepd, into slurmd's log (slurm_info there does not
+	 * reach the user's terminal; on srun/sbatch it would, so not there).
+	 */
+	if (ctx == S_CTX_REMOTE && !version_logged) {
+		slurm_info("juice: spank_juice %s", JUICE_VERSION);
+		version_logged = 1;
+	}
 	if (!cfg_loaded) {
 		if (juice_args_parse(ac, av, &cfg, err, sizeof(err)) < 0) {
 			slurm_error("juice: %s", err);
