@@ -127,16 +127,17 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		return refuse("conflicting Juice requests in the job")
 	end
 	local kind, pool, gpus, vram = parse_request(req)
-	if kind == "error" and pool == "length" then
-		return refuse(string.format(
-			"the Juice request is %d bytes, more than the %d a job " ..
-			"comment holds", #req, MAX_LEN))
-	end
 	if kind == "none" then
 		return refuse(string.format("JUICE_REQUEST %q is not a Juice request", req))
 	end
-	if kind ~= "ok" then
-		return refuse(string.format("malformed Juice request %q (bad %s)", req, pool))
+	if kind == "error" then
+		local what = pool
+		if what == "length" then
+			return refuse(string.format(
+				"the Juice request is %d bytes, more than the %d a job " ..
+				"comment holds", #req, MAX_LEN))
+		end
+		return refuse(string.format("malformed Juice request %q (bad %s)", req, what))
 	end
 	-- The parts, when present, must agree with the request.
 	local p, g, v = spank_env(job_desc, "JUICE_POOL"),
