@@ -127,7 +127,9 @@ func run(ctx context.Context, cmd, db, connFile, pool string) error {
 	return fmt.Errorf("unknown command %q", cmd)
 }
 
-func isUndefinedTable(err error) bool { return err != nil && strings.Contains(err.Error(), "SQLSTATE 42P01") }
+func isUndefinedTable(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "SQLSTATE 42P01")
+}
 
 func connect(ctx context.Context, raw string) (*pgx.Conn, error) {
 	c, err := pgx.Connect(ctx, raw)
