@@ -11,7 +11,8 @@ STATICCHECK_VERSION := v0.8.2
 export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 
 .PHONY: all build go-build spank test unit test-go test-spank test-e2e test-compat testbed-up testbed-down \
-	testbed-wire demo bench chaos chaos-short fuzz lint clean
+	testbed-wire demo bench chaos chaos-short fuzz lint clean \
+	juice-legacy-up juice-legacy-down test-juice-legacy-smoke test-juice-legacy-loss
 
 all: build
 
@@ -58,6 +59,22 @@ testbed-down:
 demo:
 	bash test/demo.sh
 
+# The legacy open-source Juice controller as a second counterparty, with JWT validation on, our issuer and our
+# agent emulator (test/juicelegacy/README.md). Needs the test bed's PostgreSQL (JUICE_LEGACY_PG_URL to override);
+# the tests read /var/tmp/juice-testbed/legacy/env and bring nothing up themselves.
+juice-legacy-up:
+	bash test/juicelegacy/legacy.sh up
+
+juice-legacy-down:
+	bash test/juicelegacy/legacy.sh down
+
+test-juice-legacy-smoke:
+	$(GO) test -count=1 -tags legacy -v -run '^TestLegacy' ./test/juicelegacy/
+
+# The agent-loss test waits for the controller's 30 s missing-agent timeout.
+test-juice-legacy-loss:
+	JUICE_LEGACY_LOSS=1 $(GO) test -count=1 -tags legacy -v -run '^TestLegacyAgentLoss$$' ./test/juicelegacy/
+
 bench: testbed-wire
 	bash test/bench.sh
 
@@ -75,9 +92,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeJobs -fuzztime $(FUZZTIME) ./slurmrest/
 
 lint:
-	$(GO) vet -tags e2e,integration ./...
+	$(GO) vet -tags e2e,integration,legacy ./...
 	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck -tags e2e,integration ./...
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck -tags e2e,integration,legacy ./...
 
 clean:
 	rm -rf $(BIN)

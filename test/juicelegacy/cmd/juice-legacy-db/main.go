@@ -146,7 +146,7 @@ func withDatabase(raw, db string) (string, error) {
 		return "", errors.New("JUICE_LEGACY_PG_URL: not a URL")
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return "", errors.New("JUICE_LEGACY_PG_URL: want postgres://USER[:PASSWORD]@HOST:PORT/DB?sslmode=...")
+		return "", errors.New("JUICE_LEGACY_PG_URL: want postgres://USER[:PASSWORD]@HOST:PORT/DB?sslmode=disable")
 	}
 	u.Path = "/" + db
 	u.RawPath = ""
