@@ -395,8 +395,8 @@ func TestLegacySessionLifecycle(t *testing.T) {
 	if !es.Held || !strings.HasPrefix(es.Agent, "emu-test") {
 		t.Errorf("emulator: session %s held=%v by %q, want held by an emu-test agent (events %v)", id, es.Held, es.Agent, es.kinds())
 	}
-	if k := strings.Join(es.kinds(), ","); !strings.HasPrefix(k, "assigned-seen,active-reported") {
-		t.Errorf("emulator events %s", k)
+	if k := strings.Join(es.kinds(), ","); k != "assigned-seen,active-reported" {
+		t.Errorf("emulator events %s, want assigned-seen,active-reported", k)
 	}
 	t.Logf("active after %s on %s (%s), %d GPUs: %+v", seen[len(seen)-1].at.Round(time.Millisecond), es.Agent, s.Address, len(s.GPUs), s.GPUs)
 
@@ -411,8 +411,8 @@ func TestLegacySessionLifecycle(t *testing.T) {
 	if es.Held {
 		t.Errorf("emulator still holds %s after close", id)
 	}
-	if k := strings.Join(es.kinds(), ","); !strings.HasSuffix(k, "canceling-seen,closed-reported") {
-		t.Errorf("emulator events %s", k)
+	if k, want := strings.Join(es.kinds(), ","), "assigned-seen,active-reported,canceling-seen,closed-reported"; k != want {
+		t.Errorf("emulator events %s, want %s", k, want)
 	}
 	e.controllerAlive(t)
 }

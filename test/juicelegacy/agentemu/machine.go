@@ -164,11 +164,17 @@ func (m *Machine) Update(now time.Time, id string) (AgentUpdate, []Event) {
 	for _, sid := range sortedKeys(m.pending) {
 		st := m.pending[sid]
 		u.Sessions[sid] = SessionUpdate{State: st, Connections: map[string]Connection{}}
-		kind := EventActive
-		if st == SessionClosed {
+		var kind string
+		switch st {
+		case SessionActive:
+			kind = EventActive
+			if h, ok := m.held[sid]; ok && h.Reported.IsZero() {
+				h.Reported = now
+			}
+		case SessionClosed:
 			kind = EventClosedReport
-		} else if h, ok := m.held[sid]; ok && h.Reported.IsZero() {
-			h.Reported = now
+		default:
+			kind = st + "-reported"
 		}
 		events = append(events, Event{Time: now, Kind: kind, Session: sid})
 	}
