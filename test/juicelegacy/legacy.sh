@@ -101,12 +101,18 @@ pg_url() {
 	echo "${u:-postgres://postgres@127.0.0.1:5433/postgres?sslmode=disable}"
 }
 
+# running PID: the process exists and is not a zombie (this machine's init may reap exited orphans late).
+running() {
+	kill -0 "$1" 2>/dev/null || return 1
+	[ "$(sed 's/^.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
 # alive NAME: the pid in run/NAME.pid runs and is the program this script started under that name.
 alive() {
 	local f=$RUN/$1.pid pid
 	[ -s "$f" ] || return 1
 	pid=$(cat "$f")
-	kill -0 "$pid" 2>/dev/null || return 1
+	running "$pid" || return 1
 	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "juice-legacy-$1" || return 1
 }
 
@@ -183,10 +189,16 @@ cmd_up() {
 		(cd "$RUN" && export SSL_CERT_FILE="$LEG/issuer/ca.pem" && start controller "$BIN/juice-legacy-controller" \
 			-address "127.0.0.1:$PORT" -psql-connection-from-file "$RUN/psql.conn" \
 			-enable-token-validation -auth-domain "127.0.0.1:$ISSUER_PORT" -auth-audience "$AUDIENCE")
-		wait_for "the controller" 60 status_ok
+		until status_ok; do
+			if ! alive controller; then
+				tail -3 "$LOG/controller.log" >&2
+				die "the controller exited (log: $LOG/controller.log; a queued session it can never place makes it exit at every start: down, then up, starts afresh)"
+			fi
+			((SECONDS - t < 60)) || die "the controller: not answering after 60s (log: $LOG/controller.log)"
+			sleep 0.2
+		done
 		log "controller: answering after $((SECONDS - t))s"
 	fi
-	alive controller || die "the controller exited (log: $LOG/controller.log)"
 
 	# 5. Pools, through the API (PUT /v1/pool answers the id and grants the token's sub its permissions). Pool
 	# names are not unique in the legacy controller: an existing pool of the name is reused.
@@ -223,9 +235,12 @@ cmd_up() {
 		((SECONDS - start < 30)) || die "the agents to register: not ready after 30s: $body"
 		sleep 0.2
 	done
-	local n
-	n=$(api GET /v1/agents | grep -o '"state":"active"' | wc -l)
+	local n bad
+	n=$(api GET /v1/agents | { grep -o '"state":"active"' || true; } | wc -l)
 	log "controller lists $n active agents"
+	# An emulator left from an earlier up may hold agents that stopped or exited (as a real agent would).
+	bad=$(curl -fsS "http://127.0.0.1:$AGENTS_PORT/agents" | tr -d ' \n' | { grep -o '"name":"[^"]*","id":"[^"]*","state":"\(stopped\|exited\|closed\)"' || true; } | paste -sd' ')
+	[ -z "$bad" ] || log "warning: emulated agents not running: ${bad//\"/} (curl -X POST http://127.0.0.1:$AGENTS_PORT/agents/NAME/resume, or .../restart for a new registration; or down and up)"
 
 	# 7. The env file for the tests, last: its presence means everything above is up.
 	cat >"$ENV_FILE.tmp" <<EOF
@@ -255,10 +270,10 @@ stop() {
 	log "stopping $1 (pid $pid)"
 	kill "$pid" 2>/dev/null || true
 	for i in $(seq 1 100); do
-		kill -0 "$pid" 2>/dev/null || break
+		running "$pid" || break
 		sleep 0.1
 	done
-	kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+	running "$pid" && kill -9 "$pid" 2>/dev/null || true
 	rm -f "$f"
 }
 
@@ -282,7 +297,7 @@ cmd_status() {
 	[ -f "$ENV_FILE" ] && echo "env file: $ENV_FILE" || echo "env file: none (not up)"
 	if alive controller && [ -f "$RUN/auth.header" ]; then
 		echo "controller: $(curl -sS --max-time 2 "$URL/v1/status")"
-		echo "agents (controller): $(api GET /v1/agents | grep -o '"state":"[a-z]*"' | sort | uniq -c | tr -s ' \n' ' ')"
+		echo "agents listed active by the controller: $(api GET /v1/agents | { grep -o '"hostname":"[^"]*"' || true; } | cut -d'"' -f4 | paste -sd' ')"
 	fi
 	if alive agents; then
 		curl -sS --max-time 2 "http://127.0.0.1:$AGENTS_PORT/agents" |
