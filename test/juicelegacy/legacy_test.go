@@ -259,6 +259,34 @@ func (e legacyEnv) agentState(t *testing.T, id string) string {
 	return a.State
 }
 
+// requireAgentsRunning fails unless the emulated agents whose names start with prefix all run: an agent that
+// exited (as a real agent would, say after the controller restarted) takes no session.
+func (e legacyEnv) requireAgentsRunning(t *testing.T, prefix string) {
+	t.Helper()
+	r := call(t, http.MethodGet, e.Get("JUICE_LEGACY_AGENTS_URL")+"/agents", "", "", nil)
+	var agents []struct {
+		Name   string `json:"name"`
+		State  string `json:"state"`
+		Reason string `json:"reason"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &agents); err != nil {
+		t.Fatalf("agent emulator /agents: %s", r)
+	}
+	n := 0
+	for _, a := range agents {
+		if strings.HasPrefix(a.Name, prefix) {
+			n++
+			if a.State != "running" {
+				t.Fatalf("emulated agent %s is %s (%s): resume it (POST %s/agents/%s/resume or /restart) or run make juice-legacy-down juice-legacy-up",
+					a.Name, a.State, a.Reason, e.Get("JUICE_LEGACY_AGENTS_URL"), a.Name)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no emulated agent named %s*", prefix)
+	}
+}
+
 func (e legacyEnv) controllerAlive(t *testing.T) {
 	t.Helper()
 	resp, err := http.Get(e.url("/v1/status"))
@@ -373,6 +401,7 @@ func TestLegacySessionLifecycle(t *testing.T) {
 	if pool == "" {
 		t.Fatalf("no pool test in JUICE_LEGACY_POOLS=%s", e.Get("JUICE_LEGACY_POOLS"))
 	}
+	e.requireAgentsRunning(t, "emu-test")
 	start := time.Now()
 	id := e.requestSession(t, map[string]any{
 		"version": "juice-slurm-legacy-test", "poolId": pool,
@@ -425,6 +454,7 @@ func TestLegacyAgentLoss(t *testing.T) {
 	}
 	e := requireLegacy(t)
 	admin := e.Get("JUICE_LEGACY_AGENTS_URL")
+	e.requireAgentsRunning(t, "emu-loss")
 	// emu-loss alone has label role=loss and taint dedicated=loss: only this request fits it, and no other
 	// request (tolerating nothing) lands on it.
 	id := e.requestSession(t, map[string]any{
