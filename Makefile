@@ -10,7 +10,7 @@ STATICCHECK_VERSION := v0.8.2
 # Integration tests that talk to the test bed read its env file; see test/testbed/testbed.go.
 export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 
-.PHONY: all build go-build spank test unit test-go test-spank test-e2e test-compat testbed-up testbed-down \
+.PHONY: all build go-build spank test unit test-go test-smoke test-spank test-e2e test-compat testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -32,7 +32,7 @@ unit:
 # Everything CI runs: the test bed comes up first (installing what is missing), then the C and Go suites
 # against the real daemons, the end-to-end suite and a short chaos run on the wired cluster, then the Slurm
 # 24.11 and 26.05 compatibility runs.
-test: testbed-up build lint test-spank test-go test-e2e chaos-short test-compat
+test: testbed-up build lint test-spank test-go test-smoke test-e2e chaos-short test-compat
 	@echo "make test: all suites passed"
 
 test-spank:
@@ -40,6 +40,10 @@ test-spank:
 
 test-go:
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+# The test bed itself: a job through slurmrestd on the real slurmd, and PostgreSQL.
+test-smoke:
+	$(GO) test -count=1 -tags smoke ./test/smoke/
 
 test-e2e: testbed-wire
 	$(GO) test -race -count=1 -timeout 20m -tags e2e ./test/e2e/...
@@ -86,15 +90,15 @@ chaos-short: testbed-wire
 
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParseVRAM -fuzztime $(FUZZTIME) ./juiceapi/
-	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime $(FUZZTIME) ./reconcile/
-	$(GO) test -run '^$$' -fuzz FuzzOpenSession -fuzztime $(FUZZTIME) ./reconcile/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeJobs -fuzztime $(FUZZTIME) ./slurmrest/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseVRAM$$' -fuzztime $(FUZZTIME) ./reconcile/request/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./reconcile/request/
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./reconcile/session/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJobs$$' -fuzztime $(FUZZTIME) ./slurmrest/
 
 lint:
-	$(GO) vet -tags e2e,integration,legacy ./...
+	$(GO) vet -tags e2e,integration,smoke,legacy ./...
 	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck -tags e2e,integration,legacy ./...
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck -tags e2e,integration,smoke,legacy ./...
 
 clean:
 	rm -rf $(BIN)

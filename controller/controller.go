@@ -1,6 +1,13 @@
-// Package controller is the juice-slurm service at run time: the poller that watches slurmrestd, the work queue
-// and reconcile passes that act on the Juice Controller, the leader lease, LISTEN/NOTIFY wake-ups, the sweep,
-// and the hook API that the slurmctld prolog and epilog call.
+// Package controller is the juice-slurm service at run time. Every replica serves the hook API (hookserver.go)
+// from PostgreSQL; the replica that holds the leader lease also runs
+//
+//   - the Poller, which observes slurmrestd and records what it sees and wants in each reservation's spec;
+//   - the reconcile workers, which run the reconcile.Reconciler, the one actor on the Juice Controller;
+//   - the JobActor, the one actor on Slurm's jobs (a requeued run begins at once when its session is ready);
+//   - the sweep, which cancels sessions that belong to no live run.
+//
+// The actors hear of changes through PostgreSQL's NOTIFY (package notify), re-list after every (re)subscribe,
+// and re-list on a timer as a last resort.
 package controller
 
 import (
@@ -15,9 +22,17 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/juice-slurm/juice-slurm/controller/leader"
+	"github.com/juice-slurm/juice-slurm/controller/notify"
+	"github.com/juice-slurm/juice-slurm/controller/queue"
+	"github.com/juice-slurm/juice-slurm/internal/backoff"
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
 // Config tunes the controller; zero values take the defaults below.
@@ -35,7 +50,7 @@ type Config struct {
 	// Sweep is how often sessions at the controller are checked against the runs. Default 5m; <0 turns it off.
 	Sweep   time.Duration
 	Workers int // default 4
-	// LeaseTTL and LeaseRenew: see Elector. Defaults 15s and 5s.
+	// LeaseTTL and LeaseRenew: see leader.Elector. Defaults 15s and 5s.
 	LeaseTTL, LeaseRenew time.Duration
 	// Holder names this replica in the lease. Default host name and pid.
 	Holder       string
@@ -72,20 +87,19 @@ func (c *Config) defaults() {
 // Controller is one replica.
 type Controller struct {
 	Config  Config
-	Store   *reconcile.PGStore
+	Store   *store.Store
 	Slurm   Slurm
 	Juice   juiceapi.Client
-	Key     []byte // the cluster key, for sealing session files
-	Secret  []byte // the hook secret
+	Key     session.KeySource // the cluster key, for sealing session files
+	Secret  *secretfile.File  // the hook secret
 	Log     logr.Logger
 	Metrics *Metrics
-
-	queue   atomic.Pointer[Queue[uuid.UUID]]
-	crashed atomic.Bool // set by tests: stop as a killed replica would, leaving the lease to expire
-	written sync.Map    // reservation id → the version of the reconciler's last write
-	poller  atomic.Pointer[Poller]
 	// Listener, when set, is used by the hook API instead of listening on HookListen (tests).
 	Listener net.Listener
+
+	crashed atomic.Bool // set by tests: stop as a killed replica would, leaving the lease to expire
+	// listen, when set, replaces the hub's LISTEN connection (tests hold a reconnect back with it).
+	listen func(ctx context.Context) (*pgx.Conn, error)
 }
 
 // Run serves until ctx ends, leading when it holds the lease.
@@ -95,23 +109,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.Metrics = NewMetrics(c.Store)
 	}
 	c.Juice = InstrumentJuice(c.Juice, c.Metrics)
-	hub := &Hub{Pool: c.Store.Pool(), Log: c.Log.WithName("notify")}
-	hub.OnAny(func(id uuid.UUID, version int64) {
-		if p := c.poller.Load(); p != nil {
-			p.Kick()
-		}
-		// The reconciler's own writes come back as notifications too; the pass that wrote has already
-		// decided what comes next, so only other writers' changes (the poller, hooks, admins, other
-		// replicas) need a pass.
-		if v, ok := c.written.Load(id); ok && v.(int64) == version {
-			return
-		}
-		if q := c.queue.Load(); q != nil {
-			q.Add(id)
-		}
-	})
-	api := &HookAPI{Store: c.Store, Hub: hub, Secret: c.Secret, Metrics: c.Metrics, Log: c.Log.WithName("hooks"),
-		MaxWait: c.Config.MaxHookWait, Ready: func(ctx context.Context) error { return c.Store.Pool().Ping(ctx) }}
+	hub := &notify.Hub{Pool: c.Store.Pool(), Cluster: c.Config.Cluster, Log: c.Log.WithName("notify"), Connect: c.listen}
+	hooks := &HookServer{Store: c.Store, Hub: hub, Jobs: c.Slurm, Secret: c.Secret, Metrics: c.Metrics,
+		Log: c.Log.WithName("hooks"), MaxWait: c.Config.MaxHookWait, TrustComment: c.Config.TrustComment,
+		Ready: func(ctx context.Context) error { return c.Store.Pool().Ping(ctx) }}
 	ln := c.Listener
 	if ln == nil {
 		var err error
@@ -119,7 +120,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			return fmt.Errorf("hook API: %w", err)
 		}
 	}
-	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: hooks.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); hub.Run(ctx) }()
@@ -129,12 +130,11 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.Log.Error(err, "hook API stopped")
 		}
 	}()
-	holder := c.Config.Holder
-	el := &Elector{Store: c.Store, Name: "reconciler/" + c.Config.Cluster, Holder: holder, TTL: c.Config.LeaseTTL,
-		Renew: c.Config.LeaseRenew, Log: c.Log.WithName("lease"), OnLead: c.lead, Metrics: c.Metrics,
-		KeepLease: c.crashed.Load}
+	el := &leader.Elector{Leases: c.Store, Name: "reconciler/" + c.Config.Cluster, Holder: c.Config.Holder,
+		TTL: c.Config.LeaseTTL, Renew: c.Config.LeaseRenew, Log: c.Log.WithName("lease"),
+		OnLead: func(ctx context.Context) { c.lead(ctx, hub) }, Leading: c.Metrics.setLeader, KeepLease: c.crashed.Load}
 	go func() { defer wg.Done(); el.Run(ctx) }()
-	c.Log.Info("controller started", "cluster", c.Config.Cluster, "hookAPI", ln.Addr().String(), "holder", holder)
+	c.Log.Info("controller started", "cluster", c.Config.Cluster, "hookAPI", ln.Addr().String(), "holder", c.Config.Holder)
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -144,30 +144,53 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// lead runs the poller, the workers, the resync and the sweep while this replica holds the lease.
-func (c *Controller) lead(ctx context.Context) {
-	q := NewQueue[uuid.UUID](ctx, 200*time.Millisecond, time.Minute)
-	c.queue.Store(q)
-	defer c.queue.Store(nil)
-	rc := &Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"), Metrics: c.Metrics,
-		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck,
-		Saved: func(id uuid.UUID, version int64, final bool) {
-			if final {
-				c.written.Delete(id) // nothing more comes of it: keep the map as small as the open set
-			} else {
-				c.written.Store(id, version)
-			}
-		}}
+// retries is the work queues' backoff for a key whose pass failed.
+var retries = backoff.Policy{Base: 200 * time.Millisecond, Max: time.Minute}
+
+// lead runs the poller, the actors, the re-lists and the sweep while this replica holds the lease.
+func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
+	rq := queue.New[uuid.UUID](ctx, retries) // the reconciler's
+	jq := queue.New[uuid.UUID](ctx, retries) // the job actor's
 	p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
-		TrustComment: c.Config.TrustComment, Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: q.Add}
-	c.poller.Store(p)
-	defer c.poller.Store(nil)
+		TrustComment: c.Config.TrustComment, Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: rq.Add}
+	// Each actor hears of the changes it acts on: the reconciler of what observers want (its own status writes
+	// need no second pass), the job actor of what Slurm says and of the reconciler's moves.
+	defer hub.OnChange(func(ch notify.Change) {
+		switch ch.Kind {
+		case store.KindCreated:
+			p.Kick()
+			rq.Add(ch.ID)
+		case store.KindSpec:
+			rq.Add(ch.ID)
+		case store.KindObserved, store.KindStatus:
+			jq.Add(ch.ID)
+		}
+	})()
+	relist := func() { c.relist(ctx, rq, jq) }
+	// Whatever changed while LISTEN was down was not announced: re-list after every (re)subscribe.
+	relisting := make(chan struct{}, 1)
+	defer hub.OnConnect(func() {
+		select {
+		case relisting <- struct{}{}:
+		default:
+		}
+	})()
+	rc := &reconcile.Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
+		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady}
+	ja := &JobActor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics}
 	var wg sync.WaitGroup
 	for i := 0; i < c.Config.Workers; i++ {
 		wg.Add(1)
-		go func() { defer wg.Done(); c.work(ctx, q, rc) }()
+		go func() { defer wg.Done(); work(ctx, c.Log, rq, "reconcile", c.Metrics.observeReconcile, rc.Reconcile) }()
 	}
-	c.resync(ctx, q)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		work(ctx, c.Log, jq, "act on the job", nil, func(ctx context.Context, id uuid.UUID) (reconcile.Result, error) {
+			return reconcile.Result{}, ja.Act(ctx, id)
+		})
+	}()
+	relist()
 	poll := time.NewTicker(c.Config.PollInterval)
 	resync := time.NewTicker(c.Config.Resync)
 	var sweep <-chan time.Time
@@ -193,14 +216,28 @@ func (c *Controller) lead(ctx context.Context) {
 			c.Log.Info("poll works again", "after", failing)
 			failing = 0
 		}
-		select {
-		case <-ctx.Done():
-			q.ShutDown()
+		if !c.waitForPoll(ctx, poll.C, resync.C, sweep, relisting, relist) {
+			rq.ShutDown()
+			jq.ShutDown()
 			wg.Wait()
 			return
-		case <-poll.C:
-		case <-resync.C:
-			c.resync(ctx, q)
+		}
+	}
+}
+
+// waitForPoll waits until the next poll is due, re-listing and sweeping meanwhile when those are due; false
+// when ctx ended.
+func (c *Controller) waitForPoll(ctx context.Context, poll, resync, sweep <-chan time.Time, relisting <-chan struct{}, relist func()) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-poll:
+			return true
+		case <-relisting:
+			relist()
+		case <-resync:
+			relist()
 		case <-sweep:
 			if err := Sweep(ctx, c.Store, c.Juice, c.Log.WithName("sweep")); err != nil {
 				c.Log.Error(err, "sweep failed")
@@ -209,35 +246,45 @@ func (c *Controller) lead(ctx context.Context) {
 	}
 }
 
-func (c *Controller) resync(ctx context.Context, q *Queue[uuid.UUID]) {
+// relist hands every open reservation to both actors.
+func (c *Controller) relist(ctx context.Context, queues ...*queue.Queue[uuid.UUID]) {
 	open, err := c.Store.Open(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.Log.Error(err, "resync")
+			c.Log.Error(err, "re-list the open reservations")
 		}
 		return
 	}
 	for _, r := range open {
-		q.Add(r.ID)
+		for _, q := range queues {
+			q.Add(r.ID)
+		}
 	}
 }
 
-func (c *Controller) work(ctx context.Context, q *Queue[uuid.UUID], rc *Reconciler) {
+// work runs one actor's passes over the keys of q until it shuts down: a failed pass is retried with backoff, a
+// conflicting write at once (on the fresh row), and a pass may ask to be run again after a while.
+func work(ctx context.Context, log logr.Logger, q *queue.Queue[uuid.UUID], what string, observe func(time.Time, error),
+	pass func(context.Context, uuid.UUID) (reconcile.Result, error)) {
 	for {
 		id, ok := q.Get()
 		if !ok {
 			return
 		}
-		res, err := rc.Reconcile(ctx, id)
+		start := time.Now()
+		res, err := pass(ctx, id)
+		if observe != nil {
+			observe(start, err)
+		}
 		switch {
 		case ctx.Err() != nil:
 		case errors.Is(err, reconcile.ErrConflict):
-			// Someone else wrote the row (the poller, a hook, a former leader): decide again on the fresh row.
+			// Another status write came first (a former leader's last pass): decide again on the fresh row.
 			q.Add(id)
 		case err != nil:
 			n := q.Failures(id)
 			if n == 0 || n%10 == 9 {
-				c.Log.Error(err, "reconcile failed; retrying with backoff", "reservation", id, "failuresInARow", n+1)
+				log.Error(err, what+" failed; retrying with backoff", "reservation", id, "failuresInARow", n+1)
 			}
 			q.AddRateLimited(id)
 		default:

@@ -12,8 +12,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 )
@@ -36,6 +39,25 @@ func (c crashingJuice) RequestSession(ctx context.Context, key uuid.UUID, req ju
 	return "", errCrash
 }
 
+var gpus2 = request.Request{Pool: "test", GPUs: 2}
+
+// driveTo runs reconcile passes until the reservation reaches state (or fails the test).
+func (h *harness) driveTo(rc *reconcile.Reconciler, id uuid.UUID, state reconcile.State) reconcile.Reservation {
+	h.t.Helper()
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		r, err := h.store.Get(ctx, id)
+		require.NoError(h.t, err)
+		if r.Status.State == state {
+			return r
+		}
+		_, err = rc.Reconcile(ctx, id)
+		require.NoError(h.t, err)
+	}
+	h.t.Fatalf("reservation %s did not reach %s", id, state)
+	return reconcile.Reservation{}
+}
+
 // A crash between the committed intent and the request, or between the request and storing its answer, then
 // a restart: exactly one session, the one the run ends up with.
 func TestCrashBetweenIntentAndActionGivesOneSession(t *testing.T) {
@@ -43,37 +65,73 @@ func TestCrashBetweenIntentAndActionGivesOneSession(t *testing.T) {
 	for _, sent := range []bool{false, true} {
 		h := newHarness(t)
 		ctx := context.Background()
-		run := reconcile.RunID{Cluster: "c1", JobID: 1, Run: 0}
-		r, _, err := h.store.Ensure(ctx, reconcile.NewReservation{Run: run, Request: reconcile.Request{Pool: "test", GPUs: 2}})
-		require.NoError(t, err)
+		run := reconcile.RunID{Cluster: "c1", JobID: 1}
+		r := h.ensure(run, gpus2)
 
-		_, err = h.reconciler(crashingJuice{h.juice, sent}).Reconcile(ctx, r.ID)
+		_, err := h.reconciler(crashingJuice{h.juice, sent}).Reconcile(ctx, r.ID)
 		require.ErrorIs(t, err, errCrash)
 		got, err := h.store.Get(ctx, r.ID)
 		require.NoError(t, err)
-		require.Equal(t, reconcile.StateRequesting, got.State, "the intent is committed before the request")
-		require.Empty(t, got.SessionID)
+		require.Equal(t, reconcile.StateRequesting, got.Status.State, "the intent is committed before the request")
+		require.Empty(t, got.Status.SessionID)
 		if sent {
 			require.Len(t, h.liveSessions(), 1, "the lost request made a session")
 		}
 
 		// The restarted reconciler asks again with the same key.
-		restarted := h.reconciler(nil)
-		for i := 0; i < 5 && got.State != reconcile.StateReady; i++ {
-			_, err = restarted.Reconcile(ctx, r.ID)
-			require.NoError(t, err)
-			got, _ = h.store.Get(ctx, r.ID)
-		}
-		require.Equal(t, reconcile.StateReady, got.State)
+		got = h.driveTo(h.reconciler(nil), r.ID, reconcile.StateReady)
 		live := h.liveSessions()
 		require.Len(t, live, 1, "sent=%v: exactly one session", sent)
-		require.Equal(t, live[0].ID, got.SessionID)
+		require.Equal(t, live[0].ID, got.Status.SessionID)
 		require.Len(t, h.sim.Sim.Sessions(), 1, "sent=%v: no second session was ever booked", sent)
 
-		env, err := reconcile.OpenSession(h.key, got.Sealed, run)
+		sealed, err := h.store.Sealed(ctx, r.ID)
 		require.NoError(t, err)
-		require.Contains(t, env, reconcile.EnvVar{Name: "JUICE_SESSION_ID", Value: got.SessionID})
-		require.Contains(t, env, reconcile.EnvVar{Name: "JUICE_GPU_COUNT", Value: "2"})
+		env, err := session.Open(h.key, sealed, run.Binding())
+		require.NoError(t, err)
+		require.Contains(t, env, session.EnvVar{Name: "JUICE_SESSION_ID", Value: got.Status.SessionID})
+		require.Contains(t, env, session.EnvVar{Name: "JUICE_GPU_COUNT", Value: "2"})
+	}
+}
+
+// The reconciler honours "not wanted" in every state that serves the run: whatever it holds or asked for is let
+// go, and no session is left.
+func TestUnwantedIsHonouredInEveryServingState(t *testing.T) {
+	t.Parallel()
+	for i, state := range []reconcile.State{reconcile.StatePending, reconcile.StateRequesting, reconcile.StateWaiting, reconcile.StateReady} {
+		h := newHarness(t)
+		ctx := context.Background()
+		r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: uint32(100 + i)}, gpus2)
+		rc := h.reconciler(nil)
+		if state == reconcile.StateRequesting {
+			// Committed intent, and the request reached the controller, but its answer was lost.
+			_, err := h.reconciler(crashingJuice{h.juice, true}).Reconcile(ctx, r.ID)
+			require.ErrorIs(t, err, errCrash)
+		} else if state == reconcile.StateWaiting {
+			// The pool is full: the session stays queued.
+			for i := 0; i < 2; i++ {
+				_, err := h.juice.RequestSession(ctx, uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 4})
+				require.NoError(t, err)
+			}
+			h.driveTo(rc, r.ID, state)
+		} else {
+			h.driveTo(rc, r.ID, state)
+		}
+		changed, err := h.store.Unwant(ctx, r.ID, "job ended", true)
+		require.NoError(t, err)
+		require.True(t, changed)
+		got := h.driveTo(rc, r.ID, reconcile.StateReleased)
+		for _, s := range h.liveSessions() {
+			require.NotEqual(t, r.ID.String(), s.IdempotencyKey, "from %s: no session of the run is left", state)
+		}
+		evs, err := h.store.Events(ctx, got.ID)
+		require.NoError(t, err)
+		unwanted := evs[len(evs)-1] // pending -> released
+		if state != reconcile.StatePending {
+			unwanted = evs[len(evs)-2] // -> releasing, then closed -> released
+		}
+		require.Equal(t, reconcile.EventUnwanted, unwanted.Event, "from %s", state)
+		require.Equal(t, "job ended", unwanted.Reason, "from %s: the observer's reason is the transition's", state)
 	}
 }
 
@@ -106,24 +164,19 @@ func TestLeaderHandoverWithinLeaseTime(t *testing.T) {
 	h := newHarness(t)
 	ttl := 2 * time.Second
 	_, stopA := h.startController("a", Config{LeaseTTL: ttl, LeaseRenew: 300 * time.Millisecond})
-	eventually(t, 5*time.Second, "a leads", func() bool {
+	holder := func() string {
 		holder, _, _ := h.store.LeaseHolder(context.Background(), "reconciler/c1")
-		return holder == "a"
-	})
-	_, _ = h.startController("b", Config{LeaseTTL: ttl, LeaseRenew: 300 * time.Millisecond})
+		return holder
+	}
+	eventually(t, 5*time.Second, "a leads", func() bool { return holder() == "a" })
+	h.startController("b", Config{LeaseTTL: ttl, LeaseRenew: 300 * time.Millisecond})
 	time.Sleep(time.Second)
-	holder, _, _ := h.store.LeaseHolder(context.Background(), "reconciler/c1")
-	require.Equal(t, "a", holder, "b does not take a lease that a renews")
+	require.Equal(t, "a", holder(), "b does not take a lease that a renews")
 
 	killed := time.Now()
 	stopA(true)
-	eventually(t, ttl+2*time.Second, "b leads", func() bool {
-		holder, _, _ := h.store.LeaseHolder(context.Background(), "reconciler/c1")
-		return holder == "b"
-	})
-	took := time.Since(killed)
-	require.Less(t, took, ttl+time.Second, "handover took %s", took)
-	t.Logf("handover after %s (lease %s)", took.Round(time.Millisecond), ttl)
+	eventually(t, ttl+5*time.Second, "b leads", func() bool { return holder() == "b" })
+	t.Logf("handover after %s (lease %s)", time.Since(killed).Round(time.Millisecond), ttl)
 
 	// The new leader reconciles.
 	h.slurm.Set(fakeslurm.JuiceJob(9, 0, slurmrest.StateRunning, "juice:v1:pool=test,gpus=1,vram=1073741824"))
@@ -132,14 +185,15 @@ func TestLeaderHandoverWithinLeaseTime(t *testing.T) {
 	})
 }
 
-// A requeued job: the old run's session is released, the new run gets its own, and may begin at once.
+// A requeued job: the old run's session is released, the new run gets its own, and the job actor lets it
+// begin at once.
 func TestRequeuedJobGetsANewSession(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	req := "juice:v1:pool=test,gpus=2"
 	h.slurm.Set(fakeslurm.JuiceJob(5, 0, slurmrest.StateRunning, req))
 	h.startController("a", Config{})
-	run0, run1 := reconcile.RunID{Cluster: "c1", JobID: 5, Run: 0}, reconcile.RunID{Cluster: "c1", JobID: 5, Run: 1}
+	run0, run1 := reconcile.RunID{Cluster: "c1", JobID: 5}, reconcile.RunID{Cluster: "c1", JobID: 5, Run: 1}
 	eventually(t, 10*time.Second, "run 0 ready", func() bool { return h.stateOf(run0) == reconcile.StateReady })
 	r0, _ := h.store.ForRun(context.Background(), run0)
 
@@ -151,66 +205,103 @@ func TestRequeuedJobGetsANewSession(t *testing.T) {
 		return h.stateOf(run0) == reconcile.StateReleased && h.stateOf(run1) == reconcile.StateReady
 	})
 	r1, _ := h.store.ForRun(context.Background(), run1)
-	require.NotEqual(t, r0.SessionID, r1.SessionID)
+	require.NotEqual(t, r0.Status.SessionID, r1.Status.SessionID)
 	live := h.liveSessions()
 	require.Len(t, live, 1)
-	require.Equal(t, r1.SessionID, live[0].ID)
-	eventually(t, 5*time.Second, "the requeued run is let begin now", func() bool {
-		for _, u := range h.slurm.Updates() {
-			if u.BeginNow {
-				return true
-			}
-		}
-		return false
-	})
+	require.Equal(t, r1.Status.SessionID, live[0].ID)
+	eventually(t, 5*time.Second, "the requeued run is let begin now", func() bool { return beganNow(h.slurm) > 0 })
 }
 
-// The hook API: a prolog for a run the poller never saw registers it and returns its session; the epilog
-// releases it; calls without the secret get 401 and change nothing.
+func beganNow(s *fakeslurm.Slurm) int {
+	n := 0
+	for _, u := range s.Updates() {
+		if u.BeginNow {
+			n++
+		}
+	}
+	return n
+}
+
+// post calls the hook API with a secret.
+func post(t *testing.T, c *Controller, path, secret string, in any) (int, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(in)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+c.Listener.Addr().String()+path, bytes.NewReader(b))
+	if secret != "" {
+		req.Header.Set("Authorization", "Bearer "+secret)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// The hook API: a prolog for a run the poller never saw registers it from the job's admin_comment and returns its
+// session; the epilog releases it; calls without the secret get 401 and change nothing; a job without a request
+// gets none.
 func TestHookAPI(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
+	// The listing does not show the jobs yet: only the prolog can register job 42.
+	h.slurm.Intercept(fakeslurm.Funcs{ListJobs: func(context.Context, time.Time, func(context.Context, time.Time) (slurmrest.JobList, error)) (slurmrest.JobList, error) {
+		return slurmrest.JobList{LastUpdate: time.Now()}, nil
+	}})
 	c, _ := h.startController("a", Config{})
-	base := "http://" + c.Listener.Addr().String()
-	// Job 42 is CONFIGURING: its prolog runs. Its listing carries no request (say job_submit.lua is missing), so
-	// only the prolog can register it.
-	j42 := fakeslurm.JuiceJob(42, 0, slurmrest.StateConfiguring, "")
-	h.slurm.Set(j42)
-	post := func(path, secret string, in any) (int, map[string]any) {
-		b, _ := json.Marshal(in)
-		req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(b))
-		if secret != "" {
-			req.Header.Set("Authorization", "Bearer "+secret)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		var out map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&out)
-		return resp.StatusCode, out
-	}
-	pro := PrologRequest{Cluster: "c1", JobID: 42, Run: 0, Request: "juice:v1:pool=test,gpus=1", WaitSeconds: 10}
-	code, _ := post("/v1/prolog", "", pro)
+	h.slurm.Set(fakeslurm.JuiceJob(42, 0, slurmrest.StateConfiguring, "juice:v1:pool=test,gpus=1"),
+		fakeslurm.JuiceJob(43, 0, slurmrest.StateConfiguring, ""))
+	pro := hookapi.PrologRequest{Cluster: "c1", JobID: 42, WaitSeconds: 10}
+	code, _ := post(t, c, "/v1/prolog", "", pro)
 	require.Equal(t, http.StatusUnauthorized, code)
-	code, _ = post("/v1/prolog", "wrong-secret-wrong-secret", pro)
+	code, _ = post(t, c, "/v1/prolog", "wrong-secret-wrong-secret", pro)
 	require.Equal(t, http.StatusUnauthorized, code)
 	_, err := h.store.ForRun(context.Background(), reconcile.RunID{Cluster: "c1", JobID: 42})
 	require.ErrorIs(t, err, reconcile.ErrNotFound, "an unauthenticated call changes nothing")
 
-	code, out := post("/v1/prolog", "hook-secret-for-tests", pro)
+	code, out := post(t, c, "/v1/prolog", hookSecret, pro)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, OutcomeReady, out["outcome"], "%v", out)
+	require.Equal(t, hookapi.OutcomeReady, out["outcome"], "%v", out)
 	require.Equal(t, "42.0.session", out["file"])
 	require.Len(t, h.liveSessions(), 1)
 
-	code, out = post("/v1/prolog", "hook-secret-for-tests", PrologRequest{Cluster: "c1", JobID: 43, WaitSeconds: 1})
+	code, out = post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "c1", JobID: 43, WaitSeconds: 1})
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, OutcomeNone, out["outcome"])
+	require.Equal(t, hookapi.OutcomeNone, out["outcome"])
+	// A request in the call is not part of the API: refused, and nothing is registered from it.
+	code, _ = post(t, c, "/v1/prolog", hookSecret, map[string]any{"cluster": "c1", "job_id": 43, "run": 0,
+		"request": "juice:v1:pool=test,gpus=4", "wait_seconds": 1})
+	require.Equal(t, http.StatusBadRequest, code)
+	code, _ = post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "elsewhere", JobID: 42, WaitSeconds: 1})
+	require.Equal(t, http.StatusBadRequest, code, "another cluster's run")
 
-	code, out = post("/v1/epilog", "hook-secret-for-tests", EpilogRequest{Cluster: "c1", JobID: 42, Run: 0, WaitSeconds: 10})
+	code, out = post(t, c, "/v1/epilog", hookSecret, hookapi.EpilogRequest{Cluster: "c1", JobID: 42, WaitSeconds: 10})
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, OutcomeReleased, out["outcome"], "%v", out)
+	require.Equal(t, hookapi.OutcomeReleased, out["outcome"], "%v", out)
 	require.Empty(t, h.liveSessions())
+}
+
+// A ready run's sealed session survives everything observers do (the first version's poller wiped it when it
+// recorded the job's state): a prolog that comes after many polls gets the session.
+func TestPrologAfterManyPollsGetsTheSession(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.slurm.Set(fakeslurm.JuiceJob(60, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=1"))
+	c, _ := h.startController("a", Config{PollInterval: 20 * time.Millisecond})
+	run := reconcile.RunID{Cluster: "c1", JobID: 60}
+	eventually(t, 10*time.Second, "reserved while pending", func() bool { return h.stateOf(run) == reconcile.StateReady })
+	// The job's state changes under the poller several times before the prolog runs.
+	for _, st := range []slurmrest.JobState{slurmrest.StateConfiguring, slurmrest.StatePending, slurmrest.StateConfiguring} {
+		h.slurm.Set(fakeslurm.JuiceJob(60, 0, st, "juice:v1:pool=test,gpus=1"))
+		before := h.slurm.Lists()
+		eventually(t, 5*time.Second, "two polls", func() bool { return h.slurm.Lists() >= before+2 })
+	}
+	r, _ := h.store.ForRun(context.Background(), run)
+	require.Equal(t, "CONFIGURING", r.Spec.JobState, "the poller recorded the job's state")
+	code, out := post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "c1", JobID: 60, WaitSeconds: 5})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, hookapi.OutcomeReady, out["outcome"], "%v", out)
+	require.NotEmpty(t, out["session"], "the sealed session is still there")
 }
 
 // A request the pool can never fit fails with a reason a person can read, and the prolog hears it at once.
@@ -222,8 +313,26 @@ func TestNoCapacityFailsWithReason(t *testing.T) {
 	run := reconcile.RunID{Cluster: "c1", JobID: 11}
 	eventually(t, 10*time.Second, "failed", func() bool { return h.stateOf(run) == reconcile.StateFailed })
 	r, _ := h.store.ForRun(context.Background(), run)
-	require.Contains(t, r.FailReason, "cannot ever fit 8 GPUs from pool test")
+	require.Contains(t, r.Status.FailReason, "cannot ever fit 8 GPUs from pool test")
 	require.Empty(t, h.liveSessions())
+}
+
+// A failed pending run does not take a place in the look-ahead for ever: the next job of its pool is reserved.
+func TestFailedRunLeavesTheLookahead(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	never := fakeslurm.JuiceJob(20, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=8")
+	never.Priority = 1000
+	next := fakeslurm.JuiceJob(21, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=1")
+	h.slurm.Set(never, next)
+	h.startController("a", Config{Lookahead: reconcile.Lookahead{PerPool: 1}})
+	eventually(t, 10*time.Second, "the job that fits is reserved once the other failed", func() bool {
+		return h.stateOf(reconcile.RunID{Cluster: "c1", JobID: 20}) == reconcile.StateFailed &&
+			h.stateOf(reconcile.RunID{Cluster: "c1", JobID: 21}) == reconcile.StateReady
+	})
+	rs, err := h.store.ForJob(context.Background(), 20)
+	require.NoError(t, err)
+	require.Len(t, rs, 1, "the failed run is not reserved again")
 }
 
 // The sweep cancels a session that carries one of our keys but whose reservation let go of it (here: a release
@@ -232,21 +341,13 @@ func TestSweepCancelsOrphans(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	run := reconcile.RunID{Cluster: "c1", JobID: 3}
-	r, _, err := h.store.Ensure(ctx, reconcile.NewReservation{Run: run, Request: reconcile.Request{Pool: "test", GPUs: 1}})
-	require.NoError(t, err)
-	rc := h.reconciler(nil)
-	for i := 0; i < 4 && r.State != reconcile.StateReady; i++ {
-		_, err = rc.Reconcile(ctx, r.ID)
-		require.NoError(t, err)
-		r, _ = h.store.Get(ctx, r.ID)
-	}
-	require.Equal(t, reconcile.StateReady, r.State)
+	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 3}, request.Request{Pool: "test", GPUs: 1})
+	r = h.driveTo(h.reconciler(nil), r.ID, reconcile.StateReady)
 	// Released in the database, but the session was never cancelled.
 	for _, ev := range []reconcile.Event{reconcile.EventUnwanted, reconcile.EventClosed} {
 		tr, err := reconcile.Apply(&r, ev, "test", time.Now())
 		require.NoError(t, err)
-		require.NoError(t, h.store.Save(ctx, &r, &tr))
+		require.NoError(t, h.store.SaveStatus(ctx, &r, tr))
 	}
 	foreign, err := h.juice.RequestSession(ctx, uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 1})
 	require.NoError(t, err)
@@ -267,18 +368,16 @@ func TestEndedRunIsNotReservedAgainFromAStaleListing(t *testing.T) {
 	c, _ := h.startController("a", Config{})
 	run := reconcile.RunID{Cluster: "c1", JobID: 50}
 	eventually(t, 10*time.Second, "ready", func() bool { return h.stateOf(run) == reconcile.StateReady })
-	b, _ := json.Marshal(EpilogRequest{Cluster: "c1", JobID: 50, WaitSeconds: 10})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+c.Listener.Addr().String()+"/v1/epilog", bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer hook-secret-for-tests")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
+	stale := h.slurm.Listing()
+	h.slurm.Intercept(fakeslurm.Funcs{ListJobs: func(context.Context, time.Time, func(context.Context, time.Time) (slurmrest.JobList, error)) (slurmrest.JobList, error) {
+		return stale, nil // the job still RUNNING, whatever happens
+	}})
+	code, _ := post(t, c, "/v1/epilog", hookSecret, hookapi.EpilogRequest{Cluster: "c1", JobID: 50, WaitSeconds: 10})
+	require.Equal(t, http.StatusOK, code)
 	eventually(t, 10*time.Second, "released", func() bool { return h.stateOf(run) == reconcile.StateReleased })
-	// Several polls over the stale listing (the job still RUNNING).
-	h.slurm.Set(fakeslurm.JuiceJob(50, 0, slurmrest.StateRunning, "juice:v1:pool=test,gpus=1"))
 	before := h.slurm.Lists()
 	eventually(t, 10*time.Second, "three polls", func() bool { return h.slurm.Lists() >= before+3 })
-	rs, err := h.store.ForJob(context.Background(), "c1", 50)
+	rs, err := h.store.ForJob(context.Background(), 50)
 	require.NoError(t, err)
 	require.Len(t, rs, 1, "one reservation for the run, ever")
 	require.Len(t, h.sim.Sim.Sessions(), 1, "one session for the run, ever")

@@ -14,26 +14,36 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
 // harness is one test's world: a fresh database, an in-process simulator with one pool "test" of 2 agents with
-// 4 GPUs of 80 GiB, instant scheduling, and a scripted Slurm.
+// 4 GPUs of 80 GiB, instant scheduling, and a scripted Slurm, for cluster c1.
 type harness struct {
-	t     *testing.T
-	store *reconcile.PGStore
-	sim   *juicesim.Server
-	juice *juiceapi.HTTPClient
-	slurm *fakeslurm.Slurm
-	key   []byte
-	log   logr.Logger
+	t      *testing.T
+	dbURL  string
+	pool   *pgxpool.Pool
+	store  *store.Store
+	sim    *juicesim.Server
+	juice  *juiceapi.HTTPClient
+	slurm  *fakeslurm.Slurm
+	key    []byte
+	secret *secretfile.File
+	log    logr.Logger
 }
 
-const testToken = "m2m_controller_test_token"
+const (
+	testToken  = "m2m_controller_test_token"
+	hookSecret = "hook-secret-for-tests"
+)
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
@@ -41,26 +51,31 @@ func newHarness(t *testing.T) *harness {
 	pool, err := pgxpool.New(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	store := reconcile.NewPGStore(pool)
-	require.NoError(t, store.Migrate(context.Background()))
+	st := store.New(pool, "c1")
+	require.NoError(t, st.Migrate(context.Background()))
 	sim, err := juicesim.StartServer(juicesim.Config{Token: testToken,
-		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*juiceapi.GiB)}}, logr.Discard())
+		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*request.GiB)}}, logr.Discard())
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
-	tokenFile := filepath.Join(t.TempDir(), "token")
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600))
 	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: sim.URL, TokenFile: tokenFile,
 		MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, Timeout: 5 * time.Second})
 	require.NoError(t, err)
-	return &harness{t: t, store: store, sim: sim, juice: juice, slurm: fakeslurm.New(),
-		key: []byte("0123456789abcdef0123456789abcdef"), log: testr.NewWithOptions(t, testr.Options{Verbosity: 0})}
+	secretFile := filepath.Join(dir, "hook.secret")
+	require.NoError(t, os.WriteFile(secretFile, []byte(hookSecret+"\n"), 0o600))
+	return &harness{t: t, dbURL: url, pool: pool, store: st, sim: sim, juice: juice, slurm: fakeslurm.New(),
+		key: []byte("0123456789abcdef0123456789abcdef"), secret: secretfile.New(secretFile, secretfile.MinLength(16)),
+		log: testr.NewWithOptions(t, testr.Options{Verbosity: 0})}
 }
 
-func (h *harness) reconciler(juice juiceapi.Client) *Reconciler {
+func (h *harness) reconciler(juice juiceapi.Client) *reconcile.Reconciler {
 	if juice == nil {
 		juice = h.juice
 	}
-	return &Reconciler{Store: h.store, Juice: juice, Key: h.key, Log: h.log, WaitPoll: 20 * time.Millisecond, ReadyCheck: time.Second}
+	return &reconcile.Reconciler{Store: h.store, Juice: juice, Key: session.StaticKey(h.key), Log: h.log,
+		WaitPoll: 20 * time.Millisecond, ReadyCheck: time.Second}
 }
 
 // liveSessions are the simulator's sessions that still hold GPUs.
@@ -74,13 +89,18 @@ func (h *harness) liveSessions() []juiceapi.Session {
 	return out
 }
 
-// startController runs a replica until the returned stop is called; crash=true leaves its lease to expire, as
-// kill -9 would.
+// startController runs a replica of cluster c1 on the harness's database until the returned stop is called;
+// crash=true leaves its lease to expire, as kill -9 would.
 func (h *harness) startController(name string, cfg Config) (c *Controller, stop func(crash bool)) {
+	h.t.Helper()
+	return h.startControllerOf(h.store, h.slurm, name, cfg, nil)
+}
+
+func (h *harness) startControllerOf(st *store.Store, slurm Slurm, name string, cfg Config, tweak func(*Controller)) (c *Controller, stop func(crash bool)) {
 	h.t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(h.t, err)
-	cfg.Cluster = "c1"
+	cfg.Cluster = st.Cluster()
 	cfg.Holder = name
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 100 * time.Millisecond
@@ -92,8 +112,11 @@ func (h *harness) startController(name string, cfg Config) (c *Controller, stop 
 	if cfg.Lookahead == (reconcile.Lookahead{}) {
 		cfg.Lookahead = reconcile.DefaultLookahead
 	}
-	c = &Controller{Config: cfg, Store: h.store, Slurm: h.slurm, Juice: h.juice, Key: h.key,
-		Secret: []byte("hook-secret-for-tests"), Log: h.log.WithName(name), Listener: ln}
+	c = &Controller{Config: cfg, Store: st, Slurm: slurm, Juice: h.juice, Key: session.StaticKey(h.key),
+		Secret: h.secret, Log: h.log.WithName(name), Listener: ln}
+	if tweak != nil {
+		tweak(c)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -129,5 +152,12 @@ func (h *harness) stateOf(run reconcile.RunID) reconcile.State {
 	if err != nil {
 		return ""
 	}
-	return r.State
+	return r.Status.State
+}
+
+func (h *harness) ensure(run reconcile.RunID, req request.Request) reconcile.Reservation {
+	h.t.Helper()
+	r, _, err := h.store.EnsureRun(context.Background(), reconcile.NewReservation{Run: run, Request: req})
+	require.NoError(h.t, err)
+	return r
 }

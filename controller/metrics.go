@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
 // Metrics are the controller's Prometheus metrics, on a registry of its own so that two controllers in one test
@@ -26,7 +27,7 @@ type Metrics struct {
 }
 
 // NewMetrics registers every metric; store feeds the reservations-by-state gauge at scrape time.
-func NewMetrics(store reconcile.Store) *Metrics {
+func NewMetrics(st *store.Store) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		reconcileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -53,8 +54,8 @@ func NewMetrics(store reconcile.Store) *Metrics {
 	}
 	m.Registry.MustRegister(m.reconcileDuration, m.reconcileErrors, m.submitToReady, m.prologWait, m.slurmRequests,
 		m.juiceRequests, m.leader, m.polls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if store != nil {
-		m.Registry.MustRegister(&stateCollector{store: store, desc: prometheus.NewDesc("juice_slurm_reservations",
+	if st != nil {
+		m.Registry.MustRegister(&stateCollector{store: st, desc: prometheus.NewDesc("juice_slurm_reservations",
 			"Reservations by pool and state.", []string{"pool", "state"}, nil)})
 	}
 	return m
@@ -76,7 +77,7 @@ func (m *Metrics) observeReady(r *reconcile.Reservation) {
 	if m == nil {
 		return
 	}
-	m.submitToReady.Observe(r.ReadyAt.Sub(r.CreatedAt).Seconds())
+	m.submitToReady.Observe(r.Status.ReadyAt.Sub(r.CreatedAt).Seconds())
 }
 
 func (m *Metrics) observePrologWait(d time.Duration, outcome string) {
@@ -128,7 +129,7 @@ func result(err error) string {
 // stateCollector counts reservations by state at scrape time: the database is the truth, and any replica can
 // report it.
 type stateCollector struct {
-	store reconcile.Store
+	store *store.Store
 	desc  *prometheus.Desc
 }
 

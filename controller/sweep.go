@@ -10,6 +10,7 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
 // Sweep cancels sessions at the controller that carry one of our idempotency keys but belong to no live run:
@@ -19,7 +20,7 @@ import (
 // Only sessions whose key names one of our reservations are touched: a key we do not know may belong to another
 // cluster's juice-slurm sharing the pool, so it is left alone. The legacy controller does not report keys; then
 // the sweep finds nothing, and the idempotent re-request in the releasing state is what finds the session.
-func Sweep(ctx context.Context, store reconcile.Store, juice juiceapi.Client, log logr.Logger) error {
+func Sweep(ctx context.Context, st *store.Store, juice juiceapi.Client, log logr.Logger) error {
 	agents, err := juice.ListAgents(ctx, "")
 	if err != nil {
 		return fmt.Errorf("sweep: list agents: %w", err)
@@ -34,14 +35,14 @@ func Sweep(ctx context.Context, store reconcile.Store, juice juiceapi.Client, lo
 			if err != nil {
 				continue
 			}
-			r, err := store.Get(ctx, key)
+			r, err := st.Get(ctx, key)
 			if errors.Is(err, reconcile.ErrNotFound) {
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			if !r.State.Final() && (r.SessionID == "" || r.SessionID == s.ID) {
+			if !r.Status.State.Final() && (r.Status.SessionID == "" || r.Status.SessionID == s.ID) {
 				continue
 			}
 			if err := juice.CancelSession(ctx, s.ID); err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
@@ -49,7 +50,7 @@ func Sweep(ctx context.Context, store reconcile.Store, juice juiceapi.Client, lo
 			}
 			cancelled++
 			log.Info("cancelled a session that belongs to no live run", "session", s.ID, "reservation", r.ID,
-				"job", r.Run.JobID, "run", r.Run.Run, "state", r.State)
+				"job", r.Run.JobID, "run", r.Run.Run, "state", r.Status.State)
 		}
 	}
 	if cancelled > 0 {

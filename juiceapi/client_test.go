@@ -16,6 +16,7 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 // TestSessionStatePaths walks every state path of a session through the client, on a fake clock:
@@ -255,7 +256,7 @@ func TestRequestOnTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := uuid.New()
-	id, err := c.RequestSession(context.Background(), key, juiceapi.SessionRequest{PoolID: "test", GPUs: 2, VRAMPerGPU: 1536 * juiceapi.MiB,
+	id, err := c.RequestSession(context.Background(), key, juiceapi.SessionRequest{PoolID: "test", GPUs: 2, VRAMPerGPU: 1536 * request.MiB,
 		MatchLabels: map[string]string{"gpu": ""}, Tolerates: map[string]string{}})
 	if err == nil || !errors.Is(err, juiceapi.ErrNoCapacity) { // label gpu="" matches nothing
 		t.Fatalf("want no capacity, got %v (%s)", err, id)

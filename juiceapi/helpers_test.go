@@ -11,11 +11,12 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 const (
 	testToken = "m2m_TESTTOKEN_4f1c9a_do_not_leak"
-	G         = juiceapi.GiB
+	G         = request.GiB
 )
 
 // fakeClock is a settable clock for juicesim.Config.Now.

@@ -14,6 +14,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
+
+	"github.com/juice-slurm/juice-slurm/internal/backoff"
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 )
 
 // HTTPConfig configures HTTPClient. Zero values take the documented defaults.
@@ -49,13 +52,14 @@ const (
 
 // HTTPClient implements Client over the legacy REST model.
 type HTTPClient struct {
-	base    *url.URL
-	tokens  *tokenFile
-	hc      *http.Client
-	log     logr.Logger
-	timeout time.Duration
-	retry   backoff
-	version string
+	base     *url.URL
+	tokens   *secretfile.File
+	hc       *http.Client
+	log      logr.Logger
+	timeout  time.Duration
+	retry    backoff.Policy
+	attempts int
+	version  string
 }
 
 var _ Client = (*HTTPClient)(nil)
@@ -67,22 +71,22 @@ func NewHTTPClient(cfg HTTPConfig) (*HTTPClient, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("juice controller URL %q: want http(s)://host[:port][/path]", cfg.BaseURL)
 	}
-	tokens, err := newTokenFile(cfg.TokenFile)
-	if err != nil {
-		return nil, fmt.Errorf("juice client: %w", err)
+	if cfg.TokenFile == "" {
+		return nil, errors.New("juice client: no token file given")
+	}
+	tokens := secretfile.New(cfg.TokenFile, nil)
+	if _, err := tokens.Value(); err != nil {
+		return nil, fmt.Errorf("juice client: M2M token: %w", err)
 	}
 	c := &HTTPClient{
-		base:    base,
-		tokens:  tokens,
-		hc:      cfg.HTTPClient,
-		log:     cfg.Log,
-		timeout: cfg.Timeout,
-		retry: backoff{
-			attempts: cfg.MaxAttempts,
-			initial:  cfg.InitialBackoff,
-			max:      cfg.MaxBackoff,
-		},
-		version: cfg.Version,
+		base:     base,
+		tokens:   tokens,
+		hc:       cfg.HTTPClient,
+		log:      cfg.Log,
+		timeout:  cfg.Timeout,
+		retry:    backoff.Policy{Base: cfg.InitialBackoff, Max: cfg.MaxBackoff},
+		attempts: cfg.MaxAttempts,
+		version:  cfg.Version,
 	}
 	if c.log.GetSink() == nil {
 		c.log = logr.Discard()
@@ -95,14 +99,14 @@ func NewHTTPClient(cfg HTTPConfig) (*HTTPClient, error) {
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
-	if c.retry.attempts <= 0 {
-		c.retry.attempts = DefaultMaxAttempts
+	if c.attempts <= 0 {
+		c.attempts = DefaultMaxAttempts
 	}
-	if c.retry.initial <= 0 {
-		c.retry.initial = DefaultInitialBackoff
+	if c.retry.Base <= 0 {
+		c.retry.Base = DefaultInitialBackoff
 	}
-	if c.retry.max <= 0 {
-		c.retry.max = DefaultMaxBackoff
+	if c.retry.Max <= 0 {
+		c.retry.Max = DefaultMaxBackoff
 	}
 	if c.version == "" {
 		c.version = "juice-slurm"

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,22 +19,6 @@ type call struct {
 	body         []byte // JSON, or nil
 	key          string // Idempotency-Key, or ""
 	decode       func(contentType string, body []byte) error
-}
-
-// backoff is exponential with "equal jitter": half the step is fixed, half random, so concurrent
-// clients spread out but none hammers the controller with near-zero waits.
-type backoff struct {
-	attempts     int
-	initial, max time.Duration
-}
-
-func (b backoff) delay(retry int) time.Duration {
-	d := b.initial
-	for i := 1; i < retry && d < b.max; i++ {
-		d *= 2
-	}
-	d = min(d, b.max)
-	return d/2 + rand.N(d/2+1)
 }
 
 const maxBody = 1 << 20 // answers are small; a huge body is a proxy page or an attack
@@ -52,12 +35,12 @@ func (c *HTTPClient) do(ctx context.Context, cl call) error {
 		err.Attempts = attempt
 		last = err
 		retryable := errors.Is(err, ErrUnavailable)
-		if !retryable || attempt >= c.retry.attempts || ctx.Err() != nil {
+		if !retryable || attempt >= c.attempts || ctx.Err() != nil {
 			break
 		}
-		wait := c.retry.delay(attempt)
+		wait := c.retry.Delay(attempt - 1)
 		if retryAfter > 0 {
-			wait = min(max(wait, retryAfter), c.retry.max)
+			wait = min(max(wait, retryAfter), c.retry.Max)
 		}
 		c.log.V(1).Info("retrying juice controller call", "method", cl.method, "path", cl.path,
 			"attempt", attempt, "wait", wait, "error", err.Error())
@@ -83,7 +66,7 @@ func (c *HTTPClient) attempt(parent context.Context, cl call) (*APIError, time.D
 	fail := func(status int, msg string, kind, cause error) *APIError {
 		return &APIError{Method: cl.method, Path: cl.path, StatusCode: status, Message: msg, Kind: kind, Err: cause}
 	}
-	token, err := c.tokens.get()
+	token, err := c.tokens.Value()
 	if err != nil {
 		return fail(0, "", ErrUnauthorized, err), 0
 	}
@@ -121,7 +104,7 @@ func (c *HTTPClient) attempt(parent context.Context, cl call) (*APIError, time.D
 	if resp.StatusCode != http.StatusOK {
 		msg := serverText(raw, token)
 		kind, retry := classify(resp.StatusCode, msg)
-		if kind == ErrUnauthorized && c.tokenChanged(token) {
+		if kind == ErrUnauthorized && c.tokens.Changed(token) {
 			// The file was rotated while this attempt was in flight: one more try with the new token.
 			kind, retry = ErrUnavailable, true
 		}
@@ -135,11 +118,6 @@ func (c *HTTPClient) attempt(parent context.Context, cl call) (*APIError, time.D
 		return fail(resp.StatusCode, "", ErrUnexpected, fmt.Errorf("decode answer: %w", err)), 0
 	}
 	return nil, 0
-}
-
-func (c *HTTPClient) tokenChanged(used string) bool {
-	now, err := c.tokens.get()
-	return err == nil && now != used
 }
 
 // serverText keeps the server's message readable and bounded, and never echoes the token.

@@ -129,31 +129,11 @@ type GPU struct {
 	PCIBus string `json:"pciBus"`
 }
 
-// AgentUpdate is the body of PUT /v1/agent/{id}: an agent's heartbeat and state change.
-type AgentUpdate struct {
-	ID    string `json:"id"`
-	State string `json:"state"`
-}
-
 // Status is the answer of GET /v1/status.
 type Status struct {
 	State    string `json:"state"`
 	Version  string `json:"version"`
 	Hostname string `json:"hostname"`
-}
-
-// Pool is a group of shared GPUs (wire JSON of /v1/pool).
-type Pool struct {
-	ID           string `json:"id"`
-	Name         string `json:"name"`
-	SessionCount int    `json:"sessionCount"`
-	AgentCount   int    `json:"agentCount"`
-	UserCount    int    `json:"userCount"`
-}
-
-// CreatePoolParams is the body of PUT /v1/pool.
-type CreatePoolParams struct {
-	Name string `json:"name"`
 }
 
 // Requirements turns a request into the wire form: one GPU requirement per GPU wanted.

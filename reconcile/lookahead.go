@@ -3,6 +3,8 @@ package reconcile
 import (
 	"sort"
 	"time"
+
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 // The look-ahead policy decides which PENDING jobs get a reservation now. Reserving at submission for the whole
@@ -28,7 +30,7 @@ var DefaultLookahead = Lookahead{PerPool: 4, Window: 2 * time.Minute}
 // A Candidate is a pending Juice job as the poller saw it.
 type Candidate struct {
 	Run         RunID
-	Request     Request
+	Request     request.Request
 	Priority    uint64
 	SubmitTime  time.Time
 	StateReason string
@@ -40,16 +42,18 @@ type Candidate struct {
 // (held, begin time ahead, dependency, reservation, partition down, ...) is not likely to start soon.
 var waitReasons = map[string]bool{"": true, "None": true, "Priority": true, "Resources": true, "Licenses": true}
 
-// Eligible reports whether the job waits only for its turn. A requeued run (restart count above 0) waiting out
-// Slurm's requeue delay (reason BeginTime) counts too: reserving for it now lets it begin as soon as its session
-// is ready (the poller then sets its begin time to now), instead of after the delay and a prolog's wait.
+// Eligible reports whether the job waits only for its turn, or is a requeued run waiting out Slurm's requeue
+// delay (see WaitsOutRequeueDelay).
 func (c Candidate) Eligible() bool {
-	return waitReasons[c.StateReason] || c.StateReason == "BeginTime" && c.Run.Run > 0
+	return waitReasons[c.StateReason] || WaitsOutRequeueDelay(c.Run.Run, "PENDING", c.StateReason)
 }
 
-// Held reports whether Slurm's reason says the job is held, by its user or an administrator.
-func Held(reason string) bool {
-	return reason == "JobHeldUser" || reason == "JobHeldAdmin"
+// WaitsOutRequeueDelay reports whether a job is a requeued run (restart count above 0) that waits only for the
+// begin time Slurm gives a requeued job (about two minutes ahead). Such a run is reserved ahead like a job that
+// waits its turn, and once its session is ready the job actor lets it begin at once instead of after the delay
+// and a prolog's wait: one rule, for both decisions.
+func WaitsOutRequeueDelay(run int, jobState, reason string) bool {
+	return run > 0 && jobState == "PENDING" && reason == "BeginTime"
 }
 
 // Select returns the runs to reserve for now.

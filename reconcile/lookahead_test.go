@@ -5,12 +5,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 func TestLookahead(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	c := func(job uint32, pool string, prio uint64, reason string) Candidate {
-		return Candidate{Run: RunID{"c", job, 0}, Request: Request{Pool: pool, GPUs: 1}, Priority: prio,
+		return Candidate{Run: RunID{"c", job, 0}, Request: request.Request{Pool: pool, GPUs: 1}, Priority: prio,
 			SubmitTime: now.Add(-time.Duration(job) * time.Second), StateReason: reason}
 	}
 	cands := []Candidate{
@@ -36,6 +38,4 @@ func TestLookahead(t *testing.T) {
 	requeued.Run.Run = 1
 	require.True(t, requeued.Eligible(), "a requeued run waiting out the requeue delay")
 	require.False(t, c(5, "a", 50, "BeginTime").Eligible(), "a first run whose begin time is ahead")
-	require.True(t, Held("JobHeldAdmin"))
-	require.False(t, Held("Priority"))
 }

@@ -3,8 +3,6 @@ package reconcile
 import (
 	"fmt"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // The reservation state machine. Every reservation of a run moves only along these edges:
@@ -41,6 +39,12 @@ var States = []State{StatePending, StateRequesting, StateWaiting, StateReady, St
 // Final reports whether nothing more happens to a reservation in this state.
 func (s State) Final() bool { return s == StateReleased || s == StateFailed }
 
+// Serving reports whether a reservation in this state holds, or is getting, a session for its run: the states
+// that an unwanted run leaves at once.
+func (s State) Serving() bool {
+	return s == StatePending || s == StateRequesting || s == StateWaiting || s == StateReady
+}
+
 // An Event moves a reservation from one state to the next.
 type Event string
 
@@ -52,49 +56,6 @@ const (
 	EventFail     Event = "fail"     // the run cannot be served
 	EventClosed   Event = "closed"   // the session is cancelled or gone at the controller
 )
-
-// Reservation is one run's reservation, as stored in PostgreSQL.
-type Reservation struct {
-	// ID is also the idempotency key sent with every request to the controller for this reservation.
-	ID      uuid.UUID
-	Run     RunID
-	Request Request
-	// UserName and Partition are for people reading status.
-	UserName  string
-	Partition string
-
-	State State
-	// Reason says, for people, why the reservation is in its state.
-	Reason string
-	// FailReason is set once the run cannot be served; the reservation then ends in StateFailed.
-	FailReason string
-	// Wanted is the level the reconciler drives towards: does the run still need a session? The poller and
-	// the hooks set it from what Slurm says; the state machine never does.
-	Wanted bool
-	// RunOver is set when the run itself ended (its job ended, vanished or was requeued, or an administrator
-	// released it): the run never gets another reservation. A reservation released because its job is held leaves
-	// the run open.
-	RunOver bool
-	// Requested is set once a request with this reservation's key may have reached the controller, so that a
-	// release knows it must find and cancel a session even when it never learnt the session's id.
-	Requested bool
-
-	SessionID    string
-	AgentAddress string
-	// Sealed is the session file, sealed for this run under the cluster key.
-	Sealed []byte
-	// JobState is the Slurm state last seen, for people.
-	JobState string
-
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	ReadyAt   time.Time
-	// Version counts updates; a write based on an older version is refused, so two writers never interleave.
-	Version int64
-}
-
-// Failed reports whether the run is known not to be served: the prolog gives up on it at once.
-func (r *Reservation) Failed() bool { return r.State == StateFailed || r.FailReason != "" }
 
 // A Transition is one step of a reservation's history.
 type Transition struct {
@@ -137,41 +98,42 @@ var next = map[State]map[Event]State{
 	},
 }
 
-// Apply moves r along one edge of the state machine and returns the step taken. It changes only State, Reason,
-// FailReason and Requested; the caller stores the result. An event that is not allowed in r's state is an
-// error and changes nothing.
+// Apply moves r along one edge of the state machine and returns the step taken. It changes only the status's
+// State, Reason, FailReason and Requested; the caller stores the result. An event that is not allowed in r's
+// state is an error and changes nothing. Only the Reconciler calls it.
 func Apply(r *Reservation, ev Event, reason string, now time.Time) (Transition, error) {
-	to, ok := next[r.State][ev]
+	s := &r.Status
+	to, ok := next[s.State][ev]
 	if !ok {
-		return Transition{}, fmt.Errorf("reservation %s of %s: event %q is not allowed in state %s", r.ID, r.Run, ev, r.State)
+		return Transition{}, fmt.Errorf("reservation %s of %s: event %q is not allowed in state %s", r.ID, r.Run, ev, s.State)
 	}
 	switch ev {
 	case EventRequest:
-		r.Requested = true
+		s.Requested = true
 	case EventFail:
-		if r.FailReason == "" {
-			r.FailReason = reason
+		if s.FailReason == "" {
+			s.FailReason = reason
 		}
 		// Nothing was ever asked of the controller: no session can exist, so the run fails at once.
-		if r.State == StatePending {
+		if s.State == StatePending {
 			to = StateFailed
 		}
 	case EventClosed:
-		if r.State == StateReleasing && r.FailReason != "" {
+		if s.State == StateReleasing && s.FailReason != "" {
 			to = StateFailed
 			if reason == "" {
-				reason = r.FailReason
+				reason = s.FailReason
 			}
 		}
 		// A session closed by the controller before we let it go means the run lost its GPUs.
-		if r.State == StateWaiting || r.State == StateReady {
-			if r.FailReason == "" {
-				r.FailReason = reason
+		if s.State == StateWaiting || s.State == StateReady {
+			if s.FailReason == "" {
+				s.FailReason = reason
 			}
 		}
 	}
-	t := Transition{From: r.State, To: to, Event: ev, Reason: reason, At: now}
-	r.State = to
-	r.Reason = reason
+	t := Transition{From: s.State, To: to, Event: ev, Reason: reason, At: now}
+	s.State = to
+	s.Reason = reason
 	return t, nil
 }

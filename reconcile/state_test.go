@@ -36,7 +36,7 @@ func TestStateMachineTable(t *testing.T) {
 			{EventClosed, StateReleasing}, {EventUnwanted, StateReleasing}, {EventClosed, StateFailed}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Reservation{ID: uuid.New(), State: StatePending}
+			r := &Reservation{ID: uuid.New(), Status: Status{State: StatePending}}
 			for i, s := range tc.steps {
 				reason := "because " + string(s.ev)
 				if s.ev == EventFail || s.ev == EventClosed {
@@ -44,12 +44,12 @@ func TestStateMachineTable(t *testing.T) {
 				}
 				tr, err := Apply(r, s.ev, reason, now)
 				require.NoError(t, err, "step %d", i)
-				require.Equal(t, s.want, r.State, "step %d (%s)", i, s.ev)
+				require.Equal(t, s.want, r.Status.State, "step %d (%s)", i, s.ev)
 				require.Equal(t, s.want, tr.To)
 			}
-			require.Equal(t, tc.wantFail, r.FailReason)
-			require.Equal(t, tc.requested, r.Requested)
-			require.True(t, r.State.Final())
+			require.Equal(t, tc.wantFail, r.Status.FailReason)
+			require.Equal(t, tc.requested, r.Status.Requested)
+			require.True(t, r.Status.State.Final())
 		})
 	}
 }
@@ -60,7 +60,7 @@ func TestStateMachineRefusesIllegalEvents(t *testing.T) {
 	allowed := 0
 	for _, s := range States {
 		for _, ev := range events {
-			r := &Reservation{State: s}
+			r := &Reservation{Status: Status{State: s}}
 			_, err := Apply(r, ev, "x", time.Now())
 			if _, ok := next[s][ev]; ok {
 				require.NoError(t, err)
@@ -68,7 +68,7 @@ func TestStateMachineRefusesIllegalEvents(t *testing.T) {
 				continue
 			}
 			require.Error(t, err, "%s + %s", s, ev)
-			require.Equal(t, s, r.State)
+			require.Equal(t, s, r.Status.State)
 		}
 	}
 	require.Equal(t, 17, allowed)

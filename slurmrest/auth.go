@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 )
 
 // TokenSource gives the JWT sent as X-SLURM-USER-TOKEN. It is asked before every request, so an
@@ -41,53 +42,33 @@ func EnvToken(name string) TokenSource {
 	})
 }
 
-// FileToken reads the token from a file and reads it again whenever the file's size or modification
-// time changes, so the token can be rotated by rewriting the file. The file holds the bare JWT or
-// `SLURM_JWT=<jwt>` as printed by `scontrol token`.
+// FileToken reads the token from a secret file (mode 0600: neither group nor others may read it) and reads it
+// again whenever the file changes, so the token can be rotated by replacing the file (a renewal job, say). The
+// file holds the bare JWT or `SLURM_JWT=<jwt>` as printed by `scontrol token`.
 func FileToken(path string) *FileTokenSource {
-	return &FileTokenSource{path: path}
+	return &FileTokenSource{f: secretfile.New(path, nil)}
 }
 
 // FileTokenSource is the TokenSource returned by FileToken.
 type FileTokenSource struct {
-	path string
-
-	mu      sync.Mutex
-	size    int64
-	modTime time.Time
-	token   string
-	loaded  bool
+	f *secretfile.File
 }
 
 // Token implements TokenSource.
 func (f *FileTokenSource) Token(context.Context) (string, error) {
-	st, err := os.Stat(f.path)
+	v, err := f.f.Value()
 	if err != nil {
-		return "", fmt.Errorf("slurmrest: token file: %w", err)
+		return "", fmt.Errorf("slurmrest: token: %w (%w)", err, ErrUnauthorized)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.loaded && st.Size() == f.size && st.ModTime().Equal(f.modTime) {
-		return f.token, nil
-	}
-	b, err := os.ReadFile(f.path)
-	if err != nil {
-		return "", fmt.Errorf("slurmrest: token file: %w", err)
-	}
-	tok := cleanToken(string(b))
+	tok := cleanToken(v)
 	if tok == "" {
-		return "", fmt.Errorf("slurmrest: token file %s is empty: %w", f.path, ErrUnauthorized)
+		return "", fmt.Errorf("slurmrest: token file %s holds no token: %w", f.f.Path(), ErrUnauthorized)
 	}
-	f.token, f.size, f.modTime, f.loaded = tok, st.Size(), st.ModTime(), true
 	return tok, nil
 }
 
 // Invalidate makes the next Token call read the file again.
-func (f *FileTokenSource) Invalidate() {
-	f.mu.Lock()
-	f.loaded = false
-	f.mu.Unlock()
-}
+func (f *FileTokenSource) Invalidate() { f.f.Invalidate() }
 
 func cleanToken(s string) string {
 	s = strings.TrimSpace(s)

@@ -49,6 +49,13 @@ func TestFileTokenRotation(t *testing.T) {
 	_, err = ts.Token(ctx)
 	assert.ErrorIs(t, err, slurmrest.ErrUnauthorized)
 
+	// A token others may read is refused, like every secret of juice-slurm.
+	require.NoError(t, os.WriteFile(path, []byte("readable\n"), 0o600))
+	require.NoError(t, os.Chmod(path, 0o644))
+	_, err = ts.Token(ctx)
+	assert.ErrorContains(t, err, "chmod 600")
+	assert.ErrorIs(t, err, slurmrest.ErrUnauthorized)
+
 	require.NoError(t, os.Remove(path))
 	_, err = ts.Token(ctx)
 	assert.Error(t, err)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/juice-slurm/juice-slurm/internal/backoff"
 	"github.com/juice-slurm/juice-slurm/slurmrest/internal/wire"
 )
 
@@ -288,7 +288,7 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 			return nil, fmt.Errorf("slurmrest: encoding %s %s: %w", r.method, r.path, err)
 		}
 	}
-	backoff := c.retry.InitialBackoff
+	wait := backoff.Policy{Base: c.retry.InitialBackoff, Max: c.retry.MaxBackoff}
 	for attempt := 1; ; attempt++ {
 		resp, err := c.once(ctx, r, payload)
 		if err == nil {
@@ -315,20 +315,11 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 		if !retry || attempt >= c.retry.MaxAttempts {
 			return nil, err
 		}
-		// Exponential backoff with jitter: wait between half and all of the current step.
-		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		d := wait.Delay(attempt - 1)
 		c.log.V(1).Info("slurmrestd request failed, retrying", "method", r.method, "path", r.path,
-			"attempt", attempt, "wait", wait, "error", err.Error())
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+			"attempt", attempt, "wait", d, "error", err.Error())
+		if backoff.SleepFor(ctx, d) != nil {
 			return nil, err
-		case <-t.C:
-		}
-		backoff *= 2
-		if backoff > c.retry.MaxBackoff {
-			backoff = c.retry.MaxBackoff
 		}
 	}
 }

@@ -19,8 +19,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 func main() {
@@ -166,7 +167,7 @@ func buildConfig(fs *flag.FlagSet, o *options) (juicesim.Config, error) {
 			return cfg, err
 		}
 	} else {
-		vram, err := juiceapi.ParseVRAM(o.vram)
+		vram, err := request.ParseVRAM(o.vram)
 		if err != nil {
 			return cfg, fmt.Errorf("--vram: %w", err)
 		}
@@ -207,7 +208,7 @@ func buildConfig(fs *flag.FlagSet, o *options) (juicesim.Config, error) {
 	case o.tokenFile != "" && o.insecureNoAuth:
 		return cfg, errors.New("--token-file and --insecure-no-auth exclude each other")
 	case o.tokenFile != "":
-		tok, err := juiceapi.ReadTokenFile(o.tokenFile)
+		tok, err := secretfile.Load(o.tokenFile, nil)
 		if err != nil {
 			return cfg, err
 		}
@@ -224,7 +225,7 @@ func reloadToken(o *options, sim *juicesim.Sim, log logr.Logger) {
 		log.Info("SIGHUP ignored: no --token-file")
 		return
 	}
-	tok, err := juiceapi.ReadTokenFile(o.tokenFile)
+	tok, err := secretfile.Load(o.tokenFile, nil)
 	if err != nil {
 		log.Error(err, "token not reloaded; the old one stays in force")
 		return

@@ -12,13 +12,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
 // The admin commands read the same tables the controller writes.
 
-func openStore(ctx context.Context, fs *flag.FlagSet, args []string) (*reconcile.PGStore, string, func(), error) {
+func openStore(ctx context.Context, fs *flag.FlagSet, args []string) (*store.Store, string, func(), error) {
 	dbURL := fs.String("database-url", "", "PostgreSQL URL (required)")
 	cluster := fs.String("cluster", "", "Slurm's ClusterName (required)")
 	if err := parseFlags(fs, args); err != nil {
@@ -35,22 +35,22 @@ func openStore(ctx context.Context, fs *flag.FlagSet, args []string) (*reconcile
 		pool.Close()
 		return nil, "", nil, fmt.Errorf("database: %w", err)
 	}
-	return reconcile.NewPGStore(pool), *cluster, pool.Close, nil
+	return store.New(pool, *cluster), *cluster, pool.Close, nil
 }
 
 func runStatus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("juice-slurm status", flag.ContinueOnError)
 	all := fs.Bool("all", false, "also list every open run")
-	store, cluster, closeFn, err := openStore(ctx, fs, args)
+	st, cluster, closeFn, err := openStore(ctx, fs, args)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	counts, err := store.Summary(ctx)
+	counts, err := st.Summary(ctx)
 	if err != nil {
 		return err
 	}
-	holder, until, err := store.LeaseHolder(ctx, "reconciler/"+cluster)
+	holder, until, err := st.LeaseHolder(ctx, "reconciler/"+cluster)
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func runStatus(ctx context.Context, args []string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	open, err := store.Open(ctx)
+	open, err := st.Open(ctx)
 	if err != nil || (!*all && len(open) > 20) {
 		if err == nil {
 			fmt.Printf("%d open runs (--all lists them)\n", len(open))
@@ -97,7 +97,7 @@ func runStatus(ctx context.Context, args []string) error {
 		fmt.Fprintln(w, "JOB\tRUN\tUSER\tREQUEST\tSTATE\tJOB STATE\tAGE\tREASON")
 		for _, r := range open {
 			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Run.JobID, r.Run.Run, r.UserName, r.Request.Describe(),
-				r.State, r.JobState, time.Since(r.CreatedAt).Round(time.Second), r.Reason)
+				r.Status.State, r.Spec.JobState, time.Since(r.CreatedAt).Round(time.Second), r.Status.Reason)
 		}
 		return w.Flush()
 	}
@@ -110,12 +110,12 @@ func runJobCommand(ctx context.Context, cmd, jobArg string, args []string) error
 		return fmt.Errorf("%s job %q: not a job id", cmd, jobArg)
 	}
 	fs := flag.NewFlagSet("juice-slurm "+cmd+" job", flag.ContinueOnError)
-	store, cluster, closeFn, err := openStore(ctx, fs, args)
+	st, cluster, closeFn, err := openStore(ctx, fs, args)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	rs, err := store.ForJob(ctx, cluster, uint32(job))
+	rs, err := st.ForJob(ctx, uint32(job))
 	if err != nil {
 		return err
 	}
@@ -125,14 +125,15 @@ func runJobCommand(ctx context.Context, cmd, jobArg string, args []string) error
 	if cmd == "release" {
 		released := 0
 		for i := range rs {
-			if rs[i].State.Final() {
+			if rs[i].Status.State.Final() {
 				continue
 			}
-			if err := controller.Unwant(ctx, store, &rs[i], "released by an administrator (juice-slurm release)", "", true, nil); err != nil {
+			// Recorded as what an administrator wants; the controller's reconciler does the release.
+			if _, err := st.Unwant(ctx, rs[i].ID, "released by an administrator (juice-slurm release)", true); err != nil {
 				return err
 			}
 			released++
-			fmt.Printf("job %d run %d: %s; the controller cancels its session\n", job, rs[i].Run.Run, rs[i].State)
+			fmt.Printf("job %d run %d: %s; the controller cancels its session\n", job, rs[i].Run.Run, rs[i].Status.State)
 		}
 		if released == 0 {
 			fmt.Printf("job %d: nothing to release (every reservation is final)\n", job)
@@ -149,21 +150,25 @@ func runJobCommand(ctx context.Context, cmd, jobArg string, args []string) error
 		fmt.Printf("User:         %s\n", r.UserName)
 		fmt.Printf("Partition:    %s\n", r.Partition)
 		fmt.Printf("Request:      %s (%s)\n", r.Request.Describe(), r.Request)
-		fmt.Printf("State:        %s\n", r.State)
-		fmt.Printf("Reason:       %s\n", r.Reason)
-		if r.FailReason != "" {
-			fmt.Printf("Failure:      %s\n", r.FailReason)
+		fmt.Printf("State:        %s\n", r.Status.State)
+		fmt.Printf("Reason:       %s\n", r.Status.Reason)
+		if r.Status.FailReason != "" {
+			fmt.Printf("Failure:      %s\n", r.Status.FailReason)
 		}
-		fmt.Printf("Wanted:       %v\n", r.Wanted)
-		fmt.Printf("Job state:    %s\n", r.JobState)
-		if r.SessionID != "" {
-			fmt.Printf("Session:      %s on %s\n", r.SessionID, r.AgentAddress)
+		if r.Spec.Wanted {
+			fmt.Printf("Wanted:       yes\n")
+		} else {
+			fmt.Printf("Wanted:       no: %s\n", r.Spec.WantReason)
+		}
+		fmt.Printf("Job state:    %s\n", strings.TrimSpace(r.Spec.JobState+" "+r.Spec.JobReason))
+		if r.Status.SessionID != "" {
+			fmt.Printf("Session:      %s on %s\n", r.Status.SessionID, r.Status.AgentAddress)
 		}
 		fmt.Printf("Created:      %s\n", r.CreatedAt.Local().Format(time.DateTime))
-		if !r.ReadyAt.IsZero() {
-			fmt.Printf("Ready after:  %s\n", r.ReadyAt.Sub(r.CreatedAt).Round(time.Millisecond))
+		if !r.Status.ReadyAt.IsZero() {
+			fmt.Printf("Ready after:  %s\n", r.Status.ReadyAt.Sub(r.CreatedAt).Round(time.Millisecond))
 		}
-		evs, err := store.Events(ctx, r.ID)
+		evs, err := st.Events(ctx, r.ID)
 		if err != nil {
 			return err
 		}

@@ -10,8 +10,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/juice-slurm/juice-slurm/controller"
+	"github.com/juice-slurm/juice-slurm/internal/backoff"
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 )
 
@@ -52,21 +56,22 @@ func runController(ctx context.Context, args []string) error {
 			return fmt.Errorf("controller: --%s is required", name)
 		}
 	}
-	key, err := reconcile.LoadClusterKey(*keyFile)
-	if err != nil {
+	// Both are read again whenever their files change; a bad one is refused now, at start-up.
+	key := session.KeyFile(*keyFile)
+	if _, err := key.Bytes(); err != nil {
 		return err
 	}
-	secret, err := controller.LoadSecret(*secretFile)
-	if err != nil {
-		return err
+	secret := secretfile.New(*secretFile, secretfile.MinLength(16))
+	if _, err := secret.Value(); err != nil {
+		return fmt.Errorf("hook secret: %w", err)
 	}
 	pool, err := pgxpool.New(ctx, *dbURL)
 	if err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
-	store := reconcile.NewPGStore(pool)
-	if err := waitFor(ctx, log.WithName("startup"), "PostgreSQL", func(ctx context.Context) error { return store.Migrate(ctx) }); err != nil {
+	st := store.New(pool, *cluster)
+	if err := waitFor(ctx, log.WithName("startup"), "PostgreSQL", st.Migrate); err != nil {
 		return err
 	}
 	var tokens slurmrest.TokenSource
@@ -101,10 +106,13 @@ func runController(ctx context.Context, args []string) error {
 		Config: controller.Config{Cluster: *cluster, PollInterval: *poll, WaitPoll: *waitPoll, Holder: *holder,
 			Lookahead: reconcile.Lookahead{PerPool: *perPool, Window: *window}, TrustComment: *trustComment,
 			HookListen: *hookListen, LeaseTTL: *leaseTTL, LeaseRenew: *leaseTTL / 3, Sweep: *sweep, Workers: *workers},
-		Store: store, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log,
+		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log,
 	}
 	return c.Run(ctx)
 }
+
+// startupRetry paces the start-up's attempts to reach a service.
+var startupRetry = backoff.Policy{Base: 500 * time.Millisecond, Max: 5 * time.Second}
 
 // waitFor retries f until it succeeds or ctx ends, saying every few seconds what it waits for.
 func waitFor(ctx context.Context, log interface {
@@ -122,9 +130,6 @@ func waitFor(ctx context.Context, log interface {
 			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), err)
 		}
 		log.Info("waiting for "+what, "waited", time.Since(start).Round(time.Second).String(), "error", err.Error())
-		select {
-		case <-ctx.Done():
-		case <-time.After(controller.Backoff(500*time.Millisecond, 5*time.Second, attempt)):
-		}
+		_ = startupRetry.Sleep(ctx, attempt)
 	}
 }

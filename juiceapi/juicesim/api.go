@@ -214,7 +214,7 @@ func (s *Sim) handleGetAgent(w http.ResponseWriter, r *http.Request) {
 
 // handleUpdateAgent is the agent's heartbeat; a state in the body changes the agent's state.
 func (s *Sim) handleUpdateAgent(w http.ResponseWriter, r *http.Request) {
-	var upd juiceapi.AgentUpdate
+	var upd AgentUpdate
 	if r.ContentLength != 0 {
 		if err := decodeBody(r, &upd); err != nil && !errors.Is(err, io.EOF) {
 			legacyError(w, err)
@@ -244,8 +244,8 @@ func (s *Sim) handleUpdateAgent(w http.ResponseWriter, r *http.Request) {
 }
 
 // poolView counts a pool's agents (not closed) and live sessions (not closed).
-func (s *Sim) poolViewLocked(p *pool) juiceapi.Pool {
-	v := juiceapi.Pool{ID: p.id, Name: p.id, UserCount: 1}
+func (s *Sim) poolViewLocked(p *pool) Pool {
+	v := Pool{ID: p.id, Name: p.id, UserCount: 1}
 	for _, a := range p.agents {
 		if a.state != juiceapi.AgentClosed {
 			v.AgentCount++
@@ -261,7 +261,7 @@ func (s *Sim) poolViewLocked(p *pool) juiceapi.Pool {
 
 // handleCreatePool creates a pool whose id is its name, so users can type it (--juice-pool=NAME).
 func (s *Sim) handleCreatePool(w http.ResponseWriter, r *http.Request) {
-	var in juiceapi.CreatePoolParams
+	var in CreatePoolParams
 	if err := decodeBody(r, &in); err != nil {
 		legacyError(w, err)
 		return
@@ -292,7 +292,7 @@ func (s *Sim) handleGetPool(w http.ResponseWriter, r *http.Request) {
 
 func (s *Sim) handleListPools(w http.ResponseWriter, _ *http.Request) {
 	defer s.lockAndStep()()
-	out := []juiceapi.Pool{}
+	out := []Pool{}
 	for _, id := range s.poolOrder {
 		out = append(out, s.poolViewLocked(s.pools[id]))
 	}

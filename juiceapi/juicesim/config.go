@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 // Config describes the simulated controller: its pools and agents, its timing and its faults.
@@ -92,7 +93,7 @@ func UniformPool(id string, agents, gpus int, vram uint64) PoolConfig {
 func UniformAgent(gpus int, vram uint64) AgentConfig {
 	a := AgentConfig{}
 	for range gpus {
-		a.GPUs = append(a.GPUs, GPUConfig{Name: "Simulated GPU " + juiceapi.FormatVRAM(vram), VRAM: vram})
+		a.GPUs = append(a.GPUs, GPUConfig{Name: "Simulated GPU " + request.FormatVRAM(vram), VRAM: vram})
 	}
 	return a
 }
@@ -247,7 +248,7 @@ func (fc FileConfig) apply(cfg *Config) error {
 			if fa.GPUs < 1 {
 				return fmt.Errorf("pool %q agents[%d]: gpus %d: want at least 1", fp.ID, i, fa.GPUs)
 			}
-			vram, err := juiceapi.ParseVRAM(fa.VRAM)
+			vram, err := request.ParseVRAM(fa.VRAM)
 			if err != nil {
 				return fmt.Errorf("pool %q agents[%d]: %w", fp.ID, i, err)
 			}

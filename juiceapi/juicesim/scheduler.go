@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 // The scheduler state. Everything here is guarded by Sim.mu.
@@ -121,7 +122,7 @@ func (s *Sim) everFitsLocked(req juiceapi.SessionRequirements) error {
 		extra = fmt.Sprintf(" with labels %v and tolerations %v", req.MatchLabels, req.Tolerates)
 	}
 	return fmt.Errorf("%sno agent in pool %q%s can ever fit %d GPU(s) x %s (largest agent: %d GPUs, largest GPU: %s)",
-		NoCapacityPrefix, req.PoolID, extra, len(req.GPUs), describeVRAM(req.GPUs), maxGPUs, juiceapi.FormatVRAM(maxVRAM))
+		NoCapacityPrefix, req.PoolID, extra, len(req.GPUs), describeVRAM(req.GPUs), maxGPUs, request.FormatVRAM(maxVRAM))
 }
 
 func describeVRAM(reqs []juiceapi.GPURequirements) string {
@@ -133,7 +134,7 @@ func describeVRAM(reqs []juiceapi.GPURequirements) string {
 			if r.VRAMRequired == 0 {
 				parts = append(parts, "whole GPU")
 			} else {
-				parts = append(parts, juiceapi.FormatVRAM(r.VRAMRequired))
+				parts = append(parts, request.FormatVRAM(r.VRAMRequired))
 			}
 		}
 	}

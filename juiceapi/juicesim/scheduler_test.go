@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
-const G = juiceapi.GiB
+const G = request.GiB
 
 func reqOf(pool string, n int, vram uint64) juiceapi.SessionRequirements {
 	return juiceapi.SessionRequest{PoolID: pool, GPUs: n, VRAMPerGPU: vram}.Requirements("test")

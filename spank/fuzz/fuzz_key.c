@@ -12,29 +12,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "scratch.h"
 #include "session.h"
 
-static char path[4096];
-static int fd = -1;
-
-static void cleanup(void)
-{
-	if (path[0])
-		unlink(path);
-}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	const char *tmp = getenv("TMPDIR");
-
 	(void)argc;
 	(void)argv;
-	snprintf(path, sizeof(path), "%s/fuzz_key.XXXXXX",
-		 tmp && *tmp ? tmp : "/tmp");
-	fd = mkstemp(path);  /* mode 0600 */
-	if (fd < 0)
-		abort();
-	atexit(cleanup);
+	scratch_init("fuzz_key");
 	return 0;
 }
 
@@ -58,14 +44,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size > 1024)
 		return 0;
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, data, size, 0) != (ssize_t)size)
-		abort();
+	scratch_write(data, size);
 	want = size == 64 || (size == 65 && data[64] == '\n');
 	for (i = 0; want && i < 64; i++)
 		if (hexval(data[i]) < 0)
 			want = 0;
 	err[0] = '\0';
-	if (juice_key_load(path, 1, key, err, sizeof(err)) == 0) {
+	if (juice_key_load(scratch_path, 1, key, err, sizeof(err)) == 0) {
 		if (!want)
 			abort();
 		for (i = 0; i < JUICE_KEY_LEN; i++)

@@ -24,33 +24,19 @@
 
 #include <openssl/evp.h>
 
+#include "scratch.h"
 #include "session.h"
 
 /* test/vectors/session/key.hex */
 static const unsigned char key[JUICE_KEY_LEN] =
 	"juice-slurm test vector key 32B!";
 static const char header[] = "JUICE-SESSION v1 cluster=juicetest job=1234 run=0";
-static char path[4096];
-static int fd = -1;
-
-static void cleanup(void)
-{
-	if (path[0])
-		unlink(path);
-}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	const char *tmp = getenv("TMPDIR");
-
 	(void)argc;
 	(void)argv;
-	snprintf(path, sizeof(path), "%s/fuzz_session.XXXXXX",
-		 tmp && *tmp ? tmp : "/tmp");
-	fd = mkstemp(path);
-	if (fd < 0)
-		abort();
-	atexit(cleanup);
+	scratch_init("fuzz_session");
 	return 0;
 }
 
@@ -125,11 +111,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		len = size - 1;
 		memcpy(file, data + 1, len);
 	}
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, file, len, 0) != (ssize_t)len)
-		abort();
+	scratch_write(file, len);
 
 	err[0] = '\0';
-	rc = juice_session_open(path, key, "juicetest", 1234, -1, &env, err,
+	rc = juice_session_open(scratch_path, key, "juicetest", 1234, -1, &env, err,
 				sizeof(err));
 	if (rc < 0) {
 		if (err[0] == '\0' || env.buf || env.n)

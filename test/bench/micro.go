@@ -7,9 +7,11 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/juice-slurm/juice-slurm/controller"
-	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/controller/queue"
+	"github.com/juice-slurm/juice-slurm/internal/backoff"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
 )
 
 // A Micro is one Go micro-benchmark: micro_test.go runs each as BenchmarkXxx (go test -bench), and the driver
@@ -21,12 +23,11 @@ type Micro struct {
 
 var microKey = []byte("0123456789abcdef0123456789abcdef")
 
-func microEnv() (reconcile.RunID, []reconcile.EnvVar) {
+var microGrant = session.Grant{SessionID: "f0509388-5c1e-4c36-9a4e-3f4f1c1f9e01", Address: "gpu-host-1:43210", GPUs: []int{0}}
+
+func microEnv() (session.Binding, []session.EnvVar) {
 	run := reconcile.RunID{Cluster: Cluster, JobID: 12345, Run: 1}
-	r := &reconcile.Reservation{Run: run, Request: mustRequest()}
-	s := &juiceapi.Session{ID: "f0509388-5c1e-4c36-9a4e-3f4f1c1f9e01", Address: "gpu-host-1:43210",
-		GPUs: []juiceapi.SessionGPU{{Index: 0}}}
-	return run, controller.SessionEnv(r, s)
+	return run.Binding(), session.Env(mustRequest(), microGrant)
 }
 
 // Micros are the micro-benchmarks: the per-job work on the hot paths (the poller parses every listed job's
@@ -36,7 +37,7 @@ var Micros = []Micro{
 	{"ParseRequest", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := reconcile.ParseRequest("juice:v1:pool=demo,gpus=1,vram=1610612736"); err != nil {
+			if _, err := request.Parse("juice:v1:pool=demo,gpus=1,vram=1610612736"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -45,11 +46,11 @@ var Micros = []Micro{
 		// Most jobs of a shared cluster are not Juice jobs: their comment must be turned down cheaply.
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _ = reconcile.ParseRequest("nightly build of the climate model")
+			_, _ = request.Parse("nightly build of the climate model")
 		}
 	}},
 	{"Request.String", func(b *testing.B) {
-		r, _ := reconcile.ParseRequest("juice:v1:pool=demo,gpus=1,vram=1610612736")
+		r, _ := request.Parse("juice:v1:pool=demo,gpus=1,vram=1610612736")
 		b.ReportAllocs()
 		for b.Loop() {
 			_ = r.String()
@@ -59,30 +60,29 @@ var Micros = []Micro{
 		run, env := microEnv()
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := reconcile.SealSession(microKey, run, env); err != nil {
+			if _, err := session.Seal(microKey, run, env); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}},
 	{"OpenSession", func(b *testing.B) {
 		run, env := microEnv()
-		sealed, err := reconcile.SealSession(microKey, run, env)
+		sealed, err := session.Seal(microKey, run, env)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := reconcile.OpenSession(microKey, sealed, run); err != nil {
+			if _, err := session.Open(microKey, sealed, run); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}},
 	{"SessionEnv", func(b *testing.B) {
-		r := &reconcile.Reservation{Run: reconcile.RunID{Cluster: Cluster, JobID: 1}, Request: mustRequest()}
-		s := &juiceapi.Session{ID: "f0509388", Address: "gpu-host-1:43210", GPUs: []juiceapi.SessionGPU{{Index: 0}}}
+		req := mustRequest()
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = controller.SessionEnv(r, s)
+			_ = session.Env(req, microGrant)
 		}
 	}},
 	{"Apply/happy-path", func(b *testing.B) {
@@ -92,7 +92,7 @@ var Micros = []Micro{
 			reconcile.EventUnwanted, reconcile.EventClosed}
 		b.ReportAllocs()
 		for b.Loop() {
-			r := reconcile.Reservation{State: reconcile.StatePending}
+			r := reconcile.Reservation{Status: reconcile.Status{State: reconcile.StatePending}}
 			for _, ev := range evs {
 				if _, err := reconcile.Apply(&r, ev, "benchmark", now); err != nil {
 					b.Fatal(err)
@@ -106,7 +106,7 @@ var Micros = []Micro{
 		var cands []reconcile.Candidate
 		pools := []string{"a", "b", "c", "d"}
 		for i := 0; i < 1000; i++ {
-			req, _ := reconcile.ParseRequest("juice:v1:pool=" + pools[i%4] + ",gpus=1")
+			req, _ := request.Parse("juice:v1:pool=" + pools[i%4] + ",gpus=1")
 			cands = append(cands, reconcile.Candidate{Run: reconcile.RunID{Cluster: Cluster, JobID: uint32(i)},
 				Request: req, Priority: uint64(i * 7 % 1000), SubmitTime: now, StateReason: "Priority"})
 		}
@@ -118,7 +118,7 @@ var Micros = []Micro{
 	{"Queue.Add+Get+Done", func(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		q := controller.NewQueue[uuid.UUID](ctx, time.Millisecond, time.Second)
+		q := queue.New[uuid.UUID](ctx, backoff.Policy{Base: time.Millisecond, Max: time.Second})
 		id := uuid.New()
 		b.ReportAllocs()
 		for b.Loop() {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/juice-slurm/juice-slurm/controller"
+	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 )
 
@@ -102,8 +103,7 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 
 	// The same call without the process: what the hook API itself costs.
 	call := func(hc *http.Client, job int) (time.Duration, error) {
-		body, _ := json.Marshal(controller.PrologRequest{Cluster: Cluster, JobID: uint32(job), Request: Request,
-			User: "alice", Partition: "debug", WaitSeconds: 10})
+		body, _ := json.Marshal(hookapi.PrologRequest{Cluster: Cluster, JobID: uint32(job), WaitSeconds: 10})
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, rc.URL+"/v1/prolog", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+string(w.Secret))
 		req.Header.Set("Content-Type", "application/json")
@@ -112,11 +112,11 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 		if err != nil {
 			return 0, err
 		}
-		var rep controller.PrologReply
+		var rep hookapi.PrologReply
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		d := time.Since(start)
-		if err := json.Unmarshal(raw, &rep); err != nil || rep.Outcome != controller.OutcomeReady {
+		if err := json.Unmarshal(raw, &rep); err != nil || rep.Outcome != hookapi.OutcomeReady {
 			return 0, fmt.Errorf("prolog of job %d in process: %q %v", job, raw, err)
 		}
 		return d, nil

@@ -17,7 +17,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/juice-slurm/juice-slurm/controller"
+	"github.com/juice-slurm/juice-slurm/controller/hookapi"
+	"github.com/juice-slurm/juice-slurm/controller/notify"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
 // P6Result is the ready → prolog wake-up latency, with NOTIFY and with the fallback re-read only.
@@ -31,10 +35,10 @@ type P6Result struct {
 }
 
 // armedStore is the hook API's store with a signal: the hook's wait is armed once it has read the row after
-// subscribing (Get, with NOTIFY) or, without a hub, after its first read (ForRun); the benchmark commits only
+// subscribing (Get, with NOTIFY) or, without a hub, after its first read (LiveRun); the benchmark commits only
 // then, so each trial measures the wake-up and not a race with the subscription.
 type armedStore struct {
-	reconcile.Store
+	*store.Store
 	mu    sync.Mutex
 	armed map[uuid.UUID]chan struct{}
 	reads map[uuid.UUID]int
@@ -62,8 +66,8 @@ func (s *armedStore) Get(ctx context.Context, id uuid.UUID) (reconcile.Reservati
 	return r, err
 }
 
-func (s *armedStore) ForRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error) {
-	r, err := s.Store.ForRun(ctx, run)
+func (s *armedStore) LiveRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error) {
+	r, err := s.Store.LiveRun(ctx, run)
 	if !s.onGet && err == nil {
 		s.signal(r.ID)
 	}
@@ -94,13 +98,13 @@ func P6(ctx context.Context, trials, fallbackTrials int) (P6Result, error) {
 		out    *Stats
 		reads  *float64
 	}{{true, trials, 1, &res.Notify, &res.NotifyReads}, {false, fallbackTrials, 25, &res.Fallback, &res.FallbackReads}} {
-		store := &armedStore{Store: w.Store, armed: map[uuid.UUID]chan struct{}{}, reads: map[uuid.UUID]int{}, onGet: mode.hub}
+		armed := &armedStore{Store: w.Store, armed: map[uuid.UUID]chan struct{}{}, reads: map[uuid.UUID]int{}, onGet: mode.hub}
 		hctx, stopHub := context.WithCancel(ctx)
-		api := &controller.HookAPI{Store: store, Secret: w.Secret, Log: logr.Discard(), Recheck: res.Recheck}
+		api := &controller.HookServer{Store: armed, Secret: w.secret, Log: logr.Discard(), Recheck: res.Recheck}
 		var hubDone chan struct{}
 		if mode.hub {
 			// As controller.Run wires it: one LISTEN connection per replica.
-			api.Hub = &controller.Hub{Pool: w.Pool, Log: logr.Discard()}
+			api.Hub = &notify.Hub{Pool: w.Pool, Cluster: Cluster, Log: logr.Discard()}
 			hubDone = make(chan struct{})
 			go func() { defer close(hubDone); api.Hub.Run(hctx) }()
 		}
@@ -124,20 +128,20 @@ func P6(ctx context.Context, trials, fallbackTrials int) (P6Result, error) {
 			for b := 0; b < batch; b++ {
 				job := nextJob
 				nextJob++
-				r, _, err := w.Store.Ensure(ctx, reconcile.NewReservation{Run: reconcile.RunID{Cluster: Cluster, JobID: job},
+				r, _, err := w.Store.EnsureRun(ctx, reconcile.NewReservation{Run: reconcile.RunID{Cluster: Cluster, JobID: job},
 					Request: mustRequest(), UserName: "alice", JobState: "CONFIGURING", Reason: "benchmark"})
 				if err != nil {
 					firstErr = err
 					break
 				}
-				armed := make(chan struct{})
-				store.mu.Lock()
-				store.armed[r.ID] = armed
-				store.mu.Unlock()
+				ready := make(chan struct{})
+				armed.mu.Lock()
+				armed.armed[r.ID] = ready
+				armed.mu.Unlock()
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					d, err := p6Trial(ctx, url, w.Secret, job, r.ID, armed, mode.hub, writer, &mu)
+					d, err := p6Trial(ctx, url, w.Secret, job, r.ID, ready, mode.hub, writer, &mu)
 					mu.Lock()
 					defer mu.Unlock()
 					if err != nil && firstErr == nil {
@@ -159,7 +163,7 @@ func P6(ctx context.Context, trials, fallbackTrials int) (P6Result, error) {
 		}
 		*mode.out = Summarise(ds)
 		total := 0
-		for _, n := range store.reads {
+		for _, n := range armed.reads {
 			total += n
 		}
 		*mode.reads = float64(total) / float64(len(ds))
@@ -177,7 +181,7 @@ func p6Trial(ctx context.Context, url string, secret []byte, job uint32, id uuid
 	}
 	got := make(chan result, 1)
 	go func() {
-		body, _ := json.Marshal(controller.PrologRequest{Cluster: Cluster, JobID: job, Request: Request, WaitSeconds: 10})
+		body, _ := json.Marshal(hookapi.PrologRequest{Cluster: Cluster, JobID: job, WaitSeconds: 10})
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+string(secret))
 		resp, err := http.DefaultClient.Do(req)
@@ -188,11 +192,11 @@ func p6Trial(ctx context.Context, url string, secret []byte, job uint32, id uuid
 		raw, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		at := time.Now()
-		var rep controller.PrologReply
+		var rep hookapi.PrologReply
 		if err == nil {
 			err = json.Unmarshal(raw, &rep)
 		}
-		if err == nil && rep.Outcome != controller.OutcomeReady {
+		if err == nil && rep.Outcome != hookapi.OutcomeReady {
 			err = fmt.Errorf("job %d: prolog answered %q, not ready", job, raw)
 		}
 		got <- result{at, err}
@@ -212,7 +216,7 @@ func p6Trial(ctx context.Context, url string, secret []byte, job uint32, id uuid
 		// Anywhere in the recheck period, as a real commit would fall.
 		time.Sleep(time.Duration(rand.IntN(1000)) * time.Millisecond)
 	}
-	// The same statements as PGStore.Save (update, event row, pg_notify) in one transaction; the clock starts
+	// The same statements as store.SaveStatus (update, event row, pg_notify) in one transaction; the clock starts
 	// just before COMMIT, which is when PostgreSQL delivers the notification.
 	writerMu.Lock()
 	t0, err := commitReady(ctx, writer, id)
@@ -246,15 +250,15 @@ func commitReady(ctx context.Context, c *pgx.Conn, id uuid.UUID) (time.Time, err
 		VALUES ($1, 'pending', 'ready', 'active', 'benchmark')`, id); err != nil {
 		return time.Time{}, err
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, reconcile.NotifyChannel, id.String()+" ready"); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, store.NotifyChannel, Cluster+" "+id.String()+" status ready"); err != nil {
 		return time.Time{}, err
 	}
 	t0 := time.Now()
 	return t0, tx.Commit(ctx)
 }
 
-func mustRequest() reconcile.Request {
-	r, err := reconcile.ParseRequest(Request)
+func mustRequest() request.Request {
+	r, err := request.Parse(Request)
 	if err != nil {
 		panic(err)
 	}

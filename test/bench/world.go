@@ -25,9 +25,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/juice-slurm/juice-slurm/controller"
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
@@ -44,13 +48,14 @@ const juiceToken = "m2m_juice_bench_token_0123456789"
 type World struct {
 	DBURL     string
 	Pool      *pgxpool.Pool
-	Store     *reconcile.PGStore
+	Store     *store.Store
 	Sim       *juicesim.Server // nil when the simulator runs elsewhere (P5's child)
 	Juice     *juiceapi.HTTPClient
 	TokenFile string
 	Slurm     *fakeslurm.Slurm
 	Key       []byte
 	Secret    []byte
+	secret    *secretfile.File
 	Dir       string // a temporary directory the world removes on Close
 
 	closers []func()
@@ -107,11 +112,17 @@ func NewWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		return nil, err
 	}
 	w.closers = append(w.closers, w.Pool.Close)
-	w.Store = reconcile.NewPGStore(w.Pool)
+	w.Store = store.New(w.Pool, Cluster)
 	if err := w.Store.Migrate(ctx); err != nil {
 		w.Close()
 		return nil, err
 	}
+	secretPath, err := w.SecretFile()
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	w.secret = secretfile.New(secretPath, nil)
 	w.TokenFile = filepath.Join(w.Dir, "juice.token")
 	if err := os.WriteFile(w.TokenFile, []byte(juiceToken+"\n"), 0o600); err != nil {
 		w.Close()
@@ -123,7 +134,7 @@ func NewWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		// Zero timing: the simulator assigns and activates a session within the POST that creates it, so what is
 		// measured is juice-slurm, not the simulated controller's tick.
 		w.Sim, err = juicesim.StartServer(juicesim.Config{Token: juiceToken,
-			Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", agents, 8, 80*juiceapi.GiB)}}, logr.Discard())
+			Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", agents, 8, 80*request.GiB)}}, logr.Discard())
 		if err != nil {
 			w.Close()
 			return nil, err
@@ -182,8 +193,8 @@ func (w *World) StartController(cfg controller.Config) (*Running, error) {
 	// A metrics registry without the store: its by-state collector runs a query per scrape, and the benchmarks
 	// scrape only counters.
 	m := controller.NewMetrics(nil)
-	c := &controller.Controller{Config: cfg, Store: w.Store, Slurm: w.Slurm, Juice: w.Juice, Key: w.Key,
-		Secret: w.Secret, Log: logr.Discard(), Metrics: m, Listener: ln}
+	c := &controller.Controller{Config: cfg, Store: w.Store, Slurm: w.Slurm, Juice: w.Juice, Key: session.StaticKey(w.Key),
+		Secret: w.secret, Log: logr.Discard(), Metrics: m, Listener: ln}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -239,7 +250,7 @@ func hasLabel(m *dto.Metric, k, v string) bool {
 // EnsureRuns registers n pending, wanted reservations for jobs first..first+n-1 (run 0), the way the poller or a
 // prolog would, with par writers at once.
 func (w *World) EnsureRuns(ctx context.Context, first uint32, n, par int) error {
-	req, err := reconcile.ParseRequest(Request)
+	req, err := request.Parse(Request)
 	if err != nil {
 		return err
 	}
@@ -251,7 +262,7 @@ func (w *World) EnsureRuns(ctx context.Context, first uint32, n, par int) error 
 			defer wg.Done()
 			for i := p; i < n; i += par {
 				run := reconcile.RunID{Cluster: Cluster, JobID: first + uint32(i)}
-				if _, _, err := w.Store.Ensure(ctx, reconcile.NewReservation{Run: run, Request: req, UserName: "alice",
+				if _, _, err := w.Store.EnsureRun(ctx, reconcile.NewReservation{Run: run, Request: req, UserName: "alice",
 					Partition: "debug", JobState: "RUNNING", Reason: "benchmark"}); err != nil {
 					errs <- err
 					return
@@ -281,7 +292,7 @@ func WatchState(ctx context.Context, dbURL, state string) (*ReadyWatcher, error)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+reconcile.NotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+store.NotifyChannel); err != nil {
 		conn.Close(ctx)
 		return nil, err
 	}
@@ -293,12 +304,11 @@ func WatchState(ctx context.Context, dbURL, state string) (*ReadyWatcher, error)
 			if err != nil {
 				return
 			}
-			// "<id> <state> <version>"
-			f := strings.Fields(n.Payload)
-			if len(f) < 2 || f[1] != state {
+			c, ok := store.ParseNotification(n.Payload)
+			if !ok || c.Kind != store.KindStatus || string(c.State) != state {
 				continue
 			}
-			id := f[0]
+			id := c.ID.String()
 			rw.mu.Lock()
 			if !rw.seen[id] {
 				rw.seen[id] = true

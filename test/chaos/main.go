@@ -30,6 +30,7 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
@@ -46,7 +47,7 @@ type chaos struct {
 	dbURL      string
 	controller *exec.Cmd
 	slurm      *slurmrest.Client
-	store      *reconcile.PGStore
+	store      *store.Store
 	kills      int
 	restarts   []time.Duration // controller down time per kill
 }
@@ -77,7 +78,11 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 	if err != nil {
 		return fmt.Errorf("the test bed is not up: %w", err)
 	}
-	c := &chaos{env: env, repo: env.Get("JUICE_TESTBED_REPO")}
+	repo, err := testbed.Repo()
+	if err != nil {
+		return err
+	}
+	c := &chaos{env: env, repo: repo}
 	if c.dir, err = os.MkdirTemp("", "juice-chaos-"); err != nil {
 		return err
 	}
@@ -93,7 +98,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	defer pool.Close()
-	c.store = reconcile.NewPGStore(pool)
+	c.store = store.New(pool, env.Cluster())
 	if c.slurm, err = slurmrest.New(slurmrest.Config{BaseURL: env.SlurmrestdURL(), UserName: env.SlurmUser(),
 		TokenSource: slurmrest.FileToken(env.TokenFile())}); err != nil {
 		return err
@@ -312,7 +317,7 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 		if j.Run > 0 {
 			requeued++
 		}
-		rs, err := c.store.ForJob(ctx, c.env.Cluster(), id)
+		rs, err := c.store.ForJob(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -320,10 +325,10 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 		for _, r := range rs {
 			runs++
 			perRun[r.Run.Run] += len(sessionsByKey[r.ID.String()])
-			if r.State == reconcile.StateFailed {
+			if r.Status.State == reconcile.StateFailed {
 				failedRuns++
 			}
-			if r.Reason == "" {
+			if r.Status.Reason == "" {
 				problems = append(problems, fmt.Sprintf("job %d run %d: no reason recorded", id, r.Run.Run))
 			}
 		}

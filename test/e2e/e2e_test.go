@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
@@ -45,24 +46,24 @@ func sh(t *testing.T, within time.Duration, name string, args ...string) (string
 	return string(out), 0
 }
 
-func store(t *testing.T) *reconcile.PGStore {
+func openStore(t *testing.T) *store.Store {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), world.dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	return reconcile.NewPGStore(pool)
+	return store.New(pool, world.env.Cluster())
 }
 
 func run(job uint32, r int) reconcile.RunID {
 	return reconcile.RunID{Cluster: world.env.Cluster(), JobID: job, Run: r}
 }
 
-func stateOf(t *testing.T, s *reconcile.PGStore, id reconcile.RunID) reconcile.State {
+func stateOf(t *testing.T, s *store.Store, id reconcile.RunID) reconcile.State {
 	r, err := s.ForRun(context.Background(), id)
 	if err != nil {
 		return ""
 	}
-	return r.State
+	return r.Status.State
 }
 
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
@@ -111,9 +112,9 @@ func jobIDFrom(t *testing.T, out string) uint32 {
 }
 
 // noLiveSession asserts that the simulator holds no session for the job's runs.
-func noLiveSession(t *testing.T, s *reconcile.PGStore, job uint32) {
+func noLiveSession(t *testing.T, s *store.Store, job uint32) {
 	t.Helper()
-	rs, err := s.ForJob(context.Background(), world.env.Cluster(), job)
+	rs, err := s.ForJob(context.Background(), job)
 	require.NoError(t, err)
 	ours := map[string]bool{}
 	for _, r := range rs {
@@ -174,7 +175,7 @@ func TestBadValuesAreRefusedBeforeSubmission(t *testing.T) {
 
 // srun with two GPUs: the job's tasks see their session, and the session is released when the job ends.
 func TestSrunGetsTwoGPUs(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	out, code := sh(t, 90*time.Second, "srun", "--juice-pool=test", "--juice-gpu-count=2", "env")
 	require.Equal(t, 0, code, out)
 	job := jobIDFrom(t, out)
@@ -189,7 +190,7 @@ func TestSrunGetsTwoGPUs(t *testing.T) {
 
 // The acceptance case: sbatch with a VRAM slice writes the session environment into its output file.
 func TestSbatchVRAMSliceWritesSessionEnv(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	outFile := filepath.Join(world.dir, "sbatch-vram.out")
 	job := sbatch(t, "--juice-pool=test", "--juice-vram=1.5", "-o", outFile, "--wrap", "env")
 	j := waitJobDone(t, job, 90*time.Second)
@@ -204,7 +205,7 @@ func TestSbatchVRAMSliceWritesSessionEnv(t *testing.T) {
 }
 
 func TestSallocGetsItsSession(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	out, code := sh(t, 90*time.Second, "salloc", "--juice-pool=test", "--juice-gpu-count=1", "srun", "env")
 	require.Equal(t, 0, code, out)
 	job := jobIDFrom(t, out)
@@ -217,7 +218,7 @@ func TestSallocGetsItsSession(t *testing.T) {
 // A user who types the request into --comment gets nothing: only admin_comment, written by job_submit.lua from
 // the plugin's options, is trusted.
 func TestForgedCommentIsIgnored(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	outFile := filepath.Join(world.dir, "forged.out")
 	job := sbatch(t, "--comment=juice:v1:pool=test,gpus=1", "-o", outFile, "--wrap", "env")
 	j := waitJobDone(t, job, 60*time.Second)
@@ -225,7 +226,7 @@ func TestForgedCommentIsIgnored(t *testing.T) {
 	require.Empty(t, j.AdminComment)
 	b, _ := os.ReadFile(outFile)
 	require.NotContains(t, string(b), "JUICE_SESSION_ID")
-	rs, err := s.ForJob(context.Background(), world.env.Cluster(), job)
+	rs, err := s.ForJob(context.Background(), job)
 	require.NoError(t, err)
 	require.Empty(t, rs)
 }
@@ -233,7 +234,7 @@ func TestForgedCommentIsIgnored(t *testing.T) {
 // While PENDING the request is visible through slurmrestd; a job cancelled while pending has its session
 // released.
 func TestPendingRequestVisibleAndCancelReleases(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	// A blocker takes the whole node, so the Juice job waits for Resources: eligible, and so reserved ahead.
 	blocker := sbatch(t, "--exclusive", "-o", "/dev/null", "--wrap", "sleep 120")
 	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(blocker)))
@@ -252,7 +253,7 @@ func TestPendingRequestVisibleAndCancelReleases(t *testing.T) {
 
 // A batch job whose pool is full is requeued by the failing prolog, and served once capacity frees.
 func TestPoolFullBatchJobIsRequeuedThenServed(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 25")
 	waitFor(t, 60*time.Second, "the holder has the pool's only GPU", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
 	outFile := filepath.Join(world.dir, "poolfull.out")
@@ -265,14 +266,14 @@ func TestPoolFullBatchJobIsRequeuedThenServed(t *testing.T) {
 	require.Regexp(t, `(?m)^JUICE_SESSION_ID=[0-9a-f-]{36}$`, string(b))
 	r0, err := s.ForRun(context.Background(), run(job, 0))
 	require.NoError(t, err)
-	require.Contains(t, []reconcile.State{reconcile.StateReleased, reconcile.StateFailed}, r0.State)
+	require.Contains(t, []reconcile.State{reconcile.StateReleased, reconcile.StateFailed}, r0.Status.State)
 	noLiveSession(t, s, job)
 	noLiveSession(t, s, holder)
 }
 
 // srun when the pool stays full: a clear failure, and no allocation left running.
 func TestSrunPoolStaysFull(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 60")
 	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
 	waitFor(t, 60*time.Second, "the holder runs", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
@@ -290,7 +291,7 @@ func TestSrunPoolStaysFull(t *testing.T) {
 }
 
 func TestTimeLimitReleases(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	job := sbatch(t, "--time=1", "--juice-pool=test", "-o", "/dev/null", "--wrap", "sleep 300")
 	waitFor(t, 60*time.Second, "ready", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReady })
 	j := waitJobDone(t, job, 3*time.Minute)
@@ -300,7 +301,7 @@ func TestTimeLimitReleases(t *testing.T) {
 }
 
 func TestRequeueGetsANewSession(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	job := sbatch(t, "--requeue", "--juice-pool=test", "-o", "/dev/null", "--wrap", "sleep 20")
 	waitFor(t, 60*time.Second, "run 0 runs", func() bool {
 		return getJob(t, job).State == slurmrest.StateRunning && stateOf(t, s, run(job, 0)) == reconcile.StateReady
@@ -312,7 +313,7 @@ func TestRequeueGetsANewSession(t *testing.T) {
 		return stateOf(t, s, run(job, 0)) == reconcile.StateReleased && stateOf(t, s, run(job, 1)) == reconcile.StateReady
 	})
 	r1, _ := s.ForRun(context.Background(), run(job, 1))
-	require.NotEqual(t, r0.SessionID, r1.SessionID)
+	require.NotEqual(t, r0.Status.SessionID, r1.Status.SessionID)
 	_, _ = sh(t, 10*time.Second, "scancel", strconv.Itoa(int(job)))
 	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 1)) == reconcile.StateReleased })
 	noLiveSession(t, s, job)
@@ -320,7 +321,7 @@ func TestRequeueGetsANewSession(t *testing.T) {
 
 // The controller killed with -9 in the middle of a job, then started again: nothing is lost.
 func TestControllerRestartMidJob(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	outFile := filepath.Join(world.dir, "restart.out")
 	job := sbatch(t, "--juice-pool=test", "-o", outFile, "--wrap", "env; sleep 10")
 	waitFor(t, 60*time.Second, "running with its session", func() bool {
@@ -336,24 +337,10 @@ func TestControllerRestartMidJob(t *testing.T) {
 	noLiveSession(t, s, job)
 }
 
-// Last: no session anywhere is left open once every job is done.
-func TestZZNoLeakedSessions(t *testing.T) {
-	s := store(t)
-	open, err := s.Open(context.Background())
-	require.NoError(t, err)
-	waitFor(t, 60*time.Second, "every reservation is final", func() bool {
-		open, err = s.Open(context.Background())
-		return err == nil && len(open) == 0
-	})
-	for _, ss := range simSessions(t) {
-		require.True(t, ss.Ended(), "session %s (%s) leaked", ss.ID, ss.State)
-	}
-}
-
 // A session file tampered with, or another job's file put in its place, is refused on the compute node: the
 // step fails with the plugin's message, and never runs without its GPUs.
 func TestTamperedOrForeignSessionFileIsRefused(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	dir := world.env.Get("JUICE_TESTBED_SESSIONS_DIR")
 	for _, tc := range []struct {
 		name   string
@@ -401,7 +388,7 @@ func TestTamperedOrForeignSessionFileIsRefused(t *testing.T) {
 
 // juice-slurm describe shows each transition of a run with its reason.
 func TestDescribeShowsTransitions(t *testing.T) {
-	s := store(t)
+	s := openStore(t)
 	job := sbatch(t, "--juice-pool=test", "-o", "/dev/null", "--wrap", "true")
 	waitJobDone(t, job, 60*time.Second)
 	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })

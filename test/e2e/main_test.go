@@ -19,7 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
@@ -52,7 +55,9 @@ func runAll(m *testing.M) int {
 		return fail("the test bed is not up (make testbed-up): %v", err)
 	}
 	world.env = env
-	world.repo = env.Get("JUICE_TESTBED_REPO")
+	if world.repo, err = testbed.Repo(); err != nil {
+		return fail("%v", err)
+	}
 	if _, err := os.Stat("/etc/slurm/plugstack.conf.d/juice.conf"); err != nil {
 		return fail("the test bed is not wired (make testbed-wire): %v", err)
 	}
@@ -111,6 +116,11 @@ func runAll(m *testing.M) int {
 		return fail("%v", err)
 	}
 	code := m.Run()
+	// After every test, whatever they did: no reservation is left open and no session leaked.
+	if err := checkNoLeaks(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: leak check after the run: %v\n", err)
+		code = 1
+	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "--- controller log (last lines) ---\n%s\n--- juice-sim log ---\n%s\n", tail(world.ctlLog), tail(simLog))
 	}
@@ -164,16 +174,67 @@ func must(err error) {
 // simSessions lists every session the simulator knows, closed ones included.
 func simSessions(t *testing.T) []juiceapi.Session {
 	t.Helper()
+	out, err := listSimSessions()
+	if err != nil {
+		t.Fatalf("list simulator sessions: %v", err)
+	}
+	return out
+}
+
+func listSimSessions() ([]juiceapi.Session, error) {
 	req, _ := http.NewRequest(http.MethodGet, "http://"+simAddr+"/admin/sessions", nil)
 	req.Header.Set("Authorization", "Bearer "+simToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("list simulator sessions: %v", err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var out []juiceapi.Session
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatalf("list simulator sessions: %v", err)
+		return nil, err
 	}
-	return out
+	return out, nil
+}
+
+// checkNoLeaks waits (bounded) for every reservation to be final, then checks that the simulator holds no live
+// session.
+func checkNoLeaks(ctx context.Context) error {
+	pool, err := pgxpool.New(ctx, world.dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st := store.New(pool, world.env.Cluster())
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		open, err := st.Open(ctx)
+		if err != nil {
+			return err
+		}
+		if len(open) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			var runs []string
+			for _, r := range open {
+				runs = append(runs, fmt.Sprintf("%s (%s: %s)", r.Run, r.Status.State, r.Status.Reason))
+			}
+			return fmt.Errorf("%d reservations still open a minute after the last test: %s", len(open), strings.Join(runs, ", "))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	sessions, err := listSimSessions()
+	if err != nil {
+		return err
+	}
+	var leaked []string
+	for _, s := range sessions {
+		if !s.Ended() {
+			leaked = append(leaked, fmt.Sprintf("%s (%s, key %s)", s.ID, s.State, s.IdempotencyKey))
+		}
+	}
+	if len(leaked) > 0 {
+		return fmt.Errorf("%d sessions leaked: %s", len(leaked), strings.Join(leaked, ", "))
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 // Package fakeslurm is a scripted slurmrestd for the controller's tests and benchmarks: the jobs a test sets, the
 // update_time rule of the real one (a listing with nothing changed since `since` is Unchanged), and counts of the
-// calls. It implements controller.Slurm. The real-Slurm path is tested end to end in test/e2e.
+// calls. It implements controller.Slurm. Faults are injected per call with Intercept, in the manner of
+// controller-runtime's interceptor: errors, timeouts, stale listings. The real-Slurm path is tested end to end in
+// test/e2e.
 package fakeslurm
 
 import (
@@ -17,7 +19,36 @@ type Slurm struct {
 	jobs    map[uint32]slurmrest.Job
 	changed time.Time
 	lists   int
+	gets    int
 	updates []slurmrest.JobUpdate
+	funcs   Funcs
+}
+
+// Funcs intercept calls. Each one that is set is called instead of the scripted behaviour, which it gets as next:
+// it may fail, wait, change the answer, or pass the call through.
+type Funcs struct {
+	ListJobs  func(ctx context.Context, since time.Time, next func(context.Context, time.Time) (slurmrest.JobList, error)) (slurmrest.JobList, error)
+	GetJob    func(ctx context.Context, id uint32, next func(context.Context, uint32) (*slurmrest.Job, error)) (*slurmrest.Job, error)
+	UpdateJob func(ctx context.Context, id uint32, u slurmrest.JobUpdate, next func(context.Context, uint32, slurmrest.JobUpdate) error) error
+}
+
+// Intercept replaces the interceptors (the zero Funcs removes them).
+func (f *Slurm) Intercept(fs Funcs) {
+	f.mu.Lock()
+	f.funcs = fs
+	f.mu.Unlock()
+}
+
+// Hang is an interceptor body for a call that never answers: it returns when the caller gives up.
+func Hang(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// Listing is what a full listing returns now, to be replayed later as a stale one.
+func (f *Slurm) Listing() slurmrest.JobList {
+	l, _ := f.list(context.Background(), time.Time{})
+	return l
 }
 
 // New has no jobs.
@@ -75,10 +106,27 @@ func (f *Slurm) Updates() []slurmrest.JobUpdate {
 	return append([]slurmrest.JobUpdate(nil), f.updates...)
 }
 
-func (f *Slurm) ListJobs(_ context.Context, since time.Time) (slurmrest.JobList, error) {
+// Gets counts GetJob calls.
+func (f *Slurm) Gets() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.gets
+}
+
+func (f *Slurm) ListJobs(ctx context.Context, since time.Time) (slurmrest.JobList, error) {
+	f.mu.Lock()
 	f.lists++
+	fn := f.funcs.ListJobs
+	f.mu.Unlock()
+	if fn != nil {
+		return fn(ctx, since, f.list)
+	}
+	return f.list(ctx, since)
+}
+
+func (f *Slurm) list(_ context.Context, since time.Time) (slurmrest.JobList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if !since.IsZero() && !f.changed.After(since) {
 		return slurmrest.JobList{Unchanged: true, LastUpdate: since}, nil
 	}
@@ -89,7 +137,18 @@ func (f *Slurm) ListJobs(_ context.Context, since time.Time) (slurmrest.JobList,
 	return l, nil
 }
 
-func (f *Slurm) GetJob(_ context.Context, id uint32) (*slurmrest.Job, error) {
+func (f *Slurm) GetJob(ctx context.Context, id uint32) (*slurmrest.Job, error) {
+	f.mu.Lock()
+	f.gets++
+	fn := f.funcs.GetJob
+	f.mu.Unlock()
+	if fn != nil {
+		return fn(ctx, id, f.get)
+	}
+	return f.get(ctx, id)
+}
+
+func (f *Slurm) get(_ context.Context, id uint32) (*slurmrest.Job, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	j, ok := f.jobs[id]
@@ -100,7 +159,17 @@ func (f *Slurm) GetJob(_ context.Context, id uint32) (*slurmrest.Job, error) {
 }
 
 // UpdateJob records the update; BeginNow lets a job waiting for its begin time go, as slurmctld does.
-func (f *Slurm) UpdateJob(_ context.Context, id uint32, u slurmrest.JobUpdate) error {
+func (f *Slurm) UpdateJob(ctx context.Context, id uint32, u slurmrest.JobUpdate) error {
+	f.mu.Lock()
+	fn := f.funcs.UpdateJob
+	f.mu.Unlock()
+	if fn != nil {
+		return fn(ctx, id, u, f.update)
+	}
+	return f.update(ctx, id, u)
+}
+
+func (f *Slurm) update(_ context.Context, id uint32, u slurmrest.JobUpdate) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.updates = append(f.updates, u)

@@ -1,3 +1,5 @@
+//go:build smoke
+
 // Package smoke proves the test bed is real: a batch job submitted through slurmrestd runs to completion on the
 // real slurmd, and PostgreSQL answers queries. It talks raw HTTP on purpose, so a fault in our own slurmrest
 // client can never hide a broken test bed.

@@ -152,8 +152,25 @@ func CreateDatabase(ctx context.Context, env Env) (string, func() error, error) 
 	return u.String(), drop, nil
 }
 
-// Path returns a path inside the repository, for tests that need the repository's scripts or binaries.
-func (e Env) Path(rel string) string { return filepath.Join(e.Vars["JUICE_TESTBED_REPO"], rel) }
+// Repo is the repository the running test or tool was built from: the nearest directory above the working
+// directory that holds juice-slurm's go.mod. Its binaries (bin/) and scripts are the ones to test, whichever
+// checkout brought the test bed up.
+func Repo() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/juice-slurm/juice-slurm\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no juice-slurm go.mod above %s", dir)
+		}
+		dir = parent
+	}
+}
 
 func randomSuffix() string {
 	b := make([]byte, 6)

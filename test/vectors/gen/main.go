@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
 )
 
 func main() {
@@ -37,31 +37,32 @@ func run(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "key.hex"), []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
 		return err
 	}
-	me := reconcile.RunID{Cluster: "juicetest", JobID: 1234, Run: 0}
-	env := []reconcile.EnvVar{
+	me := session.Binding{Cluster: "juicetest", JobID: 1234, Run: 0}
+	env := []session.EnvVar{
 		{Name: "JUICE_SESSION_ID", Value: "5b0f6a52-8d51-4c1e-9a57-2b8e4c9f7d10"},
 		{Name: "JUICE_AGENT_ADDRESS", Value: "10.0.0.7:43210"},
 		{Name: "JUICE_POOL", Value: "test"},
 		{Name: "JUICE_GPU_COUNT", Value: "2"},
 		{Name: "JUICE_GPUS", Value: "0,1"},
 		{Name: "JUICE_VRAM", Value: "0"},
+		{Name: "JUICE_REQUEST", Value: "juice:v1:pool=test,gpus=2"},
 		{Name: "JUICE_CFG_OVERRIDE", Value: `{"id":"5b0f6a52-8d51-4c1e-9a57-2b8e4c9f7d10","servers":["10.0.0.7:43210"],"requirements":{"poolId":"test","gpus":[{"vramRequired":0},{"vramRequired":0}]}}`},
 		{Name: "JUICE_EMPTY", Value: ""},
 	}
-	seal := func(k []byte, id reconcile.RunID, e []reconcile.EnvVar) []byte {
-		b, err := reconcile.SealSession(k, id, e)
+	seal := func(k []byte, id session.Binding, e []session.EnvVar) []byte {
+		b, err := session.Seal(k, id, e)
 		if err != nil {
 			panic(err)
 		}
 		return b
 	}
 	good := seal(key, me, env)
-	run2 := reconcile.RunID{Cluster: "juicetest", JobID: 1234, Run: 2}
-	otherJob := reconcile.RunID{Cluster: "juicetest", JobID: 999, Run: 0}
+	run2 := session.Binding{Cluster: "juicetest", JobID: 1234, Run: 2}
+	otherJob := session.Binding{Cluster: "juicetest", JobID: 999, Run: 0}
 	tampered := append([]byte(nil), good...)
 	tampered[len(tampered)-30] ^= 0x20
 	forged := append([]byte("JUICE-SESSION v1 cluster=juicetest job=1234 run=0\n"), seal(key, otherJob, env)[len("JUICE-SESSION v1 cluster=juicetest job=999 run=0\n"):]...)
-	// A file sealed with the right key whose plaintext names a variable outside JUICE_: SealSession refuses to
+	// A file sealed with the right key whose plaintext names a variable outside JUICE_: session.Seal refuses to
 	// write one, so it is sealed by hand here; both openers must refuse it.
 	header := "JUICE-SESSION v1 cluster=juicetest job=1234 run=0"
 	block, _ := aes.NewCipher(key)
@@ -73,16 +74,16 @@ func run(dir string) error {
 	type vec struct {
 		name string
 		data []byte
-		open reconcile.RunID
+		open session.Binding
 		ok   bool
 	}
 	vecs := []vec{
 		{"good", good, me, true},
-		{"good-run2", seal(key, run2, env[:2]), run2, true},
+		{"good-run2", seal(key, run2, []session.EnvVar{env[0], env[6]}), run2, true},
 		{"empty-env", seal(key, me, nil), me, true},
 		{"otherjob", seal(key, otherJob, env), me, false},
 		{"otherrun", seal(key, run2, env), me, false},
-		{"othercluster", seal(key, reconcile.RunID{Cluster: "elsewhere", JobID: 1234}, env), me, false},
+		{"othercluster", seal(key, session.Binding{Cluster: "elsewhere", JobID: 1234}, env), me, false},
 		{"forgedheader", forged, me, false},
 		{"tampered", tampered, me, false},
 		{"wrongkey", seal(other, me, env), me, false},
@@ -102,7 +103,7 @@ func run(dir string) error {
 			exp.WriteString("error\n")
 		} else {
 			exp.WriteString("ok\n")
-			got, err := reconcile.OpenSession(key, v.data, v.open)
+			got, err := session.Open(key, v.data, v.open)
 			if err != nil {
 				return fmt.Errorf("%s: %w", v.name, err)
 			}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
@@ -239,13 +240,13 @@ func p4(ctx context.Context, env testbed.Env, c *slurmrest.Client, held int, md 
 		return err
 	}
 	defer drop()
-	store, closeStore, err := openStore(ctx, url)
+	st, closeStore, err := openStore(ctx, url, env.Cluster())
 	if err != nil {
 		return err
 	}
 	defer closeStore()
 	cs := &countingSlurm{Slurm: c}
-	p := &controller.Poller{Slurm: cs, Store: store, Cluster: env.Cluster(), Lookahead: reconcile.DefaultLookahead,
+	p := &controller.Poller{Slurm: cs, Store: st, Cluster: env.Cluster(), Lookahead: reconcile.DefaultLookahead,
 		Log: logr.Discard(), Enqueue: func(uuid.UUID) {}}
 	poll := func() (int64, time.Duration, error) {
 		before := cs.n.Load()
@@ -299,12 +300,12 @@ func p4(ctx context.Context, env testbed.Env, c *slurmrest.Client, held int, md 
 	return nil
 }
 
-func openStore(ctx context.Context, url string) (*reconcile.PGStore, func(), error) {
+func openStore(ctx context.Context, url, cluster string) (*store.Store, func(), error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return nil, nil, err
 	}
-	s := reconcile.NewPGStore(pool)
+	s := store.New(pool, cluster)
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, nil, err

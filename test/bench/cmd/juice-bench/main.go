@@ -112,12 +112,6 @@ func main() {
 			rs = append(rs, r)
 		}
 		writeP3(&md, rs)
-		logf("P3: one transition's write, as a transaction and as one statement")
-		sc, err := bench.SaveCost(ctx, 2000)
-		if err != nil {
-			fail(fmt.Errorf("P3 save cost: %w", err))
-		}
-		writeSaveCost(&md, sc)
 	}
 	if want["p5"] {
 		exe, err := os.Executable()
@@ -249,7 +243,7 @@ func writeP5(w io.Writer, r bench.P5Result) {
 func writeP6(w io.Writer, r bench.P6Result) {
 	fmt.Fprintf(w, "### P6: ready → prolog wake-up latency\n\n")
 	fmt.Fprintf(w, "A POST /v1/prolog (wait_seconds=10) waits in the real hook API; once it is waiting, another connection commits the "+
-		"reservation's move to ready (the statements of `PGStore.Save`: update, event, pg_notify). Time from just before COMMIT "+
+		"reservation's move to ready (the statements of `store.SaveStatus`: update, event, pg_notify). Time from just before COMMIT "+
 		"to the reply's last byte at the client. *NOTIFY*: the hub as `controller.Run` wires it; *fallback*: no hub, only the "+
 		"re-read every %s (as behind a pooler that drops LISTEN), commits at a random moment of that period.\n\n", r.Recheck)
 	fmt.Fprintf(w, "| mode | trials | p50 ms | p90 ms | p99 ms | max ms | row reads per wait | p50 / NOTIFY p50 | p99 / NOTIFY p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -285,20 +279,3 @@ func writeGrowth(w io.Writer, g bench.GrowthResult) {
 	fmt.Fprintf(w, "\n\n")
 }
 
-func writeSaveCost(w io.Writer, r bench.SaveCostResult) {
-	fmt.Fprintf(w, "#### What a transition's write costs\n\n")
-	fmt.Fprintf(w, "%d transitions written one after another on an idle pool: through `PGStore.Save` (since this benchmark "+
-		"found the 5-round-trip transaction 3.2x slower, one statement: the update, its event and the notification as CTEs) and "+
-		"through the benchmark's own CTE statement, as a check that the store pays nothing more. A served run takes 3 transitions.\n\n", r.N)
-	fmt.Fprintf(w, "| write | p50 ms | p99 ms | mean ms | writes/s (1 conn) | CPU ms/write (Go) | machine busy | mean / one statement |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, row := range []struct {
-		name string
-		s    bench.Stats
-		cpu  time.Duration
-		busy float64
-	}{{"PGStore.Save", r.Save, r.SaveCPU, r.SaveBusy}, {"one statement", r.OneStatement, r.OneCPU, r.OneBusy}} {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f | %.3f | %.0f%% | %.2f |\n", row.name, bench.Ms(row.s.P50), bench.Ms(row.s.P99),
-			bench.Ms(row.s.Mean), 1/row.s.Mean.Seconds(), float64(row.cpu)/1e6, 100*row.busy, float64(row.s.Mean)/float64(r.OneStatement.Mean))
-	}
-	fmt.Fprintf(w, "\n")
-}

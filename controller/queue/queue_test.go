@@ -1,4 +1,4 @@
-package controller
+package queue
 
 import (
 	"context"
@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/internal/backoff"
 )
 
 func TestQueueDedupesAndRequeuesWhileProcessing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	q := NewQueue[string](ctx, 10*time.Millisecond, time.Second)
+	q := New[string](ctx, backoff.Policy{Base: 10 * time.Millisecond, Max: time.Second})
 	q.Add("a")
 	q.Add("a")
 	q.Add("b")
@@ -31,7 +33,7 @@ func TestQueueDedupesAndRequeuesWhileProcessing(t *testing.T) {
 func TestQueueDelaysAndBackoff(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	q := NewQueue[string](ctx, 20*time.Millisecond, 80*time.Millisecond)
+	q := New[string](ctx, backoff.Policy{Base: 20 * time.Millisecond, Max: 80 * time.Millisecond})
 	start := time.Now()
 	q.AddAfter("x", 50*time.Millisecond)
 	k, _ := q.Get()
@@ -44,11 +46,6 @@ func TestQueueDelaysAndBackoff(t *testing.T) {
 	require.Equal(t, 4, q.Failures("x"))
 	q.Forget("x")
 	require.Equal(t, 0, q.Failures("x"))
-	for n, want := range []time.Duration{20, 40, 80, 80} {
-		d := Backoff(20*time.Millisecond, 80*time.Millisecond, n)
-		require.GreaterOrEqual(t, d, want*time.Millisecond)
-		require.LessOrEqual(t, d, want*time.Millisecond*6/5)
-	}
 	cancel()
 	_, ok := q.Get()
 	for ok {
@@ -60,7 +57,7 @@ func TestQueueDelaysAndBackoff(t *testing.T) {
 func TestQueueAddAfterKeepsOneTimerPerKey(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	q := NewQueue[string](ctx, time.Millisecond, time.Second)
+	q := New[string](ctx, backoff.Policy{Base: time.Millisecond, Max: time.Second})
 	q.AddAfter("k", time.Hour)
 	q.AddAfter("k", 30*time.Millisecond)
 	q.AddAfter("k", time.Hour)

@@ -1,4 +1,4 @@
-package juiceapi
+package request
 
 import (
 	"bufio"
@@ -11,7 +11,7 @@ import (
 
 // TestParseVRAMVectors checks the shared table row by row, so Go and the C plugin agree.
 func TestParseVRAMVectors(t *testing.T) {
-	f, err := os.Open("../test/vectors/vram.tsv")
+	f, err := os.Open("../../test/vectors/vram.tsv")
 	if err != nil {
 		t.Fatalf("open shared vectors: %v", err)
 	}

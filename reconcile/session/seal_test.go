@@ -1,4 +1,4 @@
-package reconcile
+package session
 
 import (
 	"fmt"
@@ -13,69 +13,72 @@ import (
 var testKey = []byte("0123456789abcdef0123456789abcdef")
 
 func TestSealOpen(t *testing.T) {
-	id := RunID{Cluster: "c1", JobID: 42, Run: 1}
+	id := Binding{Cluster: "c1", JobID: 42, Run: 1}
 	env := []EnvVar{{"JUICE_SESSION_ID", "abc"}, {"JUICE_CFG_OVERRIDE", `{"id":"abc","servers":["h:1"]}`}, {"JUICE_EMPTY", ""}}
-	blob, err := SealSession(testKey, id, env)
+	blob, err := Seal(testKey, id, env)
 	require.NoError(t, err)
-	got, err := OpenSession(testKey, blob, id)
+	got, err := Open(testKey, blob, id)
 	require.NoError(t, err)
 	require.Equal(t, env, got)
 
-	for name, want := range map[string]RunID{
+	for name, want := range map[string]Binding{
 		"other job":     {Cluster: "c1", JobID: 43, Run: 1},
 		"other run":     {Cluster: "c1", JobID: 42, Run: 0},
 		"other cluster": {Cluster: "c2", JobID: 42, Run: 1},
 	} {
-		_, err := OpenSession(testKey, blob, want)
+		_, err := Open(testKey, blob, want)
 		require.ErrorContains(t, err, "is for c1/42.1", name)
 	}
 	// A header rewritten to name another job no longer verifies.
-	forged := append([]byte("JUICE-SESSION v1 cluster=c1 job=43 run=1"), blob[len(sessionHeader(id)):]...)
-	_, err = OpenSession(testKey, forged, RunID{"c1", 43, 1})
+	forged := append([]byte("JUICE-SESSION v1 cluster=c1 job=43 run=1"), blob[len(header(id)):]...)
+	_, err = Open(testKey, forged, Binding{"c1", 43, 1})
 	require.ErrorContains(t, err, "does not verify")
 	// One flipped bit anywhere in the body.
 	tampered := append([]byte(nil), blob...)
 	tampered[len(tampered)-20] ^= 1
-	_, err = OpenSession(testKey, tampered, id)
+	_, err = Open(testKey, tampered, id)
 	require.ErrorContains(t, err, "does not verify")
-	_, err = OpenSession([]byte("another key of thirty-two bytes!"), blob, id)
+	_, err = Open([]byte("another key of thirty-two bytes!"), blob, id)
 	require.ErrorContains(t, err, "does not verify")
-	_, err = OpenSession(testKey, blob[:len(sessionHeader(id))+10], id)
+	_, err = Open(testKey, blob[:len(header(id))+10], id)
 	require.ErrorContains(t, err, "truncated")
 }
 
 func TestSealRefusesBadEnv(t *testing.T) {
-	id := RunID{Cluster: "c", JobID: 1}
-	_, err := SealSession(testKey, id, []EnvVar{{"LD_PRELOAD", "x"}})
+	id := Binding{Cluster: "c", JobID: 1}
+	_, err := Seal(testKey, id, []EnvVar{{"LD_PRELOAD", "x"}})
 	require.ErrorContains(t, err, "not a JUICE_ variable")
-	_, err = SealSession(testKey, id, []EnvVar{{"JUICE_X", "a\nJUICE_Y=b"}})
+	_, err = Seal(testKey, id, []EnvVar{{"JUICE_X", "a\nJUICE_Y=b"}})
 	require.ErrorContains(t, err, "newline")
 }
 
-func TestLoadClusterKey(t *testing.T) {
+func TestKeyFile(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "key")
 	require.NoError(t, os.WriteFile(p, []byte("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n"), 0o600))
-	k, err := LoadClusterKey(p)
+	k, err := KeyFile(p).Bytes()
 	require.NoError(t, err)
 	require.Len(t, k, 32)
-	require.NoError(t, os.Chmod(p, 0o644))
-	_, err = LoadClusterKey(p)
+	require.NoError(t, os.Chmod(p, 0o640))
+	_, err = KeyFile(p).Bytes()
 	require.ErrorContains(t, err, "chmod 600")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "short"), []byte("abcd"), 0o600))
-	_, err = LoadClusterKey(filepath.Join(dir, "short"))
+	_, err = KeyFile(filepath.Join(dir, "short")).Bytes()
 	require.ErrorContains(t, err, "64 hexadecimal")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "nothex"), []byte(strings.Repeat("g", 64)), 0o600))
+	_, err = KeyFile(filepath.Join(dir, "nothex")).Bytes()
+	require.ErrorContains(t, err, "not hexadecimal")
 }
 
-// FuzzOpenSession: the opener never panics on any input, and anything it accepts was sealed for the run asked.
-func FuzzOpenSession(f *testing.F) {
-	id := RunID{Cluster: "c", JobID: 7, Run: 0}
-	good, _ := SealSession(testKey, id, []EnvVar{{"JUICE_A", "1"}})
+// FuzzOpen: the opener never panics on any input, and anything it accepts was sealed for the run asked.
+func FuzzOpen(f *testing.F) {
+	id := Binding{Cluster: "c", JobID: 7, Run: 0}
+	good, _ := Seal(testKey, id, []EnvVar{{"JUICE_A", "1"}})
 	f.Add(good)
 	f.Add([]byte("JUICE-SESSION v1 cluster=c job=7 run=0\n"))
 	f.Add([]byte("garbage"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		env, err := OpenSession(testKey, data, id)
+		env, err := Open(testKey, data, id)
 		if err == nil && len(data) != len(good) {
 			t.Fatalf("opened a file that is not the sealed one: %q -> %v", data, env)
 		}
@@ -84,10 +87,12 @@ func FuzzOpenSession(f *testing.F) {
 
 // TestSessionVectors opens every committed vector with the Go opener; the C plugin's test opens the same ones.
 func TestSessionVectors(t *testing.T) {
-	dir := "../test/vectors/session"
-	rawKey, err := os.ReadFile(filepath.Join(dir, "key.hex"))
+	dir := "../../test/vectors/session"
+	kf := filepath.Join(t.TempDir(), "key.hex")
+	raw, err := os.ReadFile(filepath.Join(dir, "key.hex"))
 	require.NoError(t, err)
-	key, err := ParseClusterKey(rawKey, "key.hex")
+	require.NoError(t, os.WriteFile(kf, raw, 0o600)) // a checkout does not keep the mode
+	key, err := KeyFile(kf).Bytes()
 	require.NoError(t, err)
 	expects, err := filepath.Glob(filepath.Join(dir, "*.expect"))
 	require.NoError(t, err)
@@ -97,12 +102,12 @@ func TestSessionVectors(t *testing.T) {
 		exp, err := os.ReadFile(e)
 		require.NoError(t, err)
 		lines := strings.Split(strings.TrimSuffix(string(exp), "\n"), "\n")
-		var id RunID
+		var id Binding
 		_, err = fmt.Sscanf(lines[0], "open cluster=%s job=%d run=%d", &id.Cluster, &id.JobID, &id.Run)
 		require.NoError(t, err, name)
 		data, err := os.ReadFile(filepath.Join(dir, name+".session"))
 		require.NoError(t, err)
-		env, err := OpenSession(key, data, id)
+		env, err := Open(key, data, id)
 		if lines[1] == "error" {
 			require.Error(t, err, name)
 			continue

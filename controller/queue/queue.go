@@ -1,11 +1,13 @@
-package controller
+// Package queue is the work queue of the controller's actors, in the manner of client-go's rate-limited queue.
+package queue
 
 import (
 	"container/heap"
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/juice-slurm/juice-slurm/internal/backoff"
 )
 
 // Queue is a work queue of keys (reservation ids) in the manner of client-go's rate-limited queue:
@@ -28,15 +30,14 @@ type Queue[K comparable] struct {
 	failures   map[K]int
 	shutdown   bool
 	wake       chan struct{}
-
-	BaseDelay, MaxDelay time.Duration
+	backoff    backoff.Policy
 }
 
-// NewQueue starts a queue; ctx ends its timer goroutine.
-func NewQueue[K comparable](ctx context.Context, base, max time.Duration) *Queue[K] {
+// New starts a queue whose failing keys back off by b; ctx ends its timer goroutine.
+func New[K comparable](ctx context.Context, b backoff.Policy) *Queue[K] {
 	q := &Queue[K]{
 		queued: map[K]bool{}, processing: map[K]bool{}, dirty: map[K]bool{}, failures: map[K]int{}, waiting: map[K]time.Time{},
-		wake: make(chan struct{}, 1), BaseDelay: base, MaxDelay: max,
+		wake: make(chan struct{}, 1), backoff: b,
 	}
 	q.cond = sync.NewCond(&q.mu)
 	go q.timers(ctx)
@@ -88,26 +89,14 @@ func (q *Queue[K]) AddAfter(k K, d time.Duration) {
 	}
 }
 
-// AddRateLimited queues k after its backoff: BaseDelay doubled for each failure in a row, at most MaxDelay,
-// with up to 20% jitter so that many keys failing together do not retry in lock step.
+// AddRateLimited queues k after its backoff: one more failure in a row (see backoff.Policy), so that many keys
+// failing together do not retry in lock step.
 func (q *Queue[K]) AddRateLimited(k K) {
 	q.mu.Lock()
 	n := q.failures[k]
 	q.failures[k] = n + 1
 	q.mu.Unlock()
-	q.AddAfter(k, Backoff(q.BaseDelay, q.MaxDelay, n))
-}
-
-// Backoff is base·2^n capped at max, plus up to 20% jitter.
-func Backoff(base, max time.Duration, n int) time.Duration {
-	d := base
-	for i := 0; i < n && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+	q.AddAfter(k, q.backoff.Delay(n))
 }
 
 // Failures is how many times in a row k has been rate-limited.

@@ -1,4 +1,4 @@
-package juiceapi
+package request
 
 import (
 	"fmt"

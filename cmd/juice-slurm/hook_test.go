@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/controller/hookapi"
+)
+
+// fakeAPI is a scripted hook API: each call gets the next answer of the script (the last one repeats).
+type fakeAPI struct {
+	mu      sync.Mutex
+	script  []func(w http.ResponseWriter)
+	calls   int
+	prologs []hookapi.PrologRequest
+	epilogs []hookapi.EpilogRequest
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r.Header.Get("Authorization") != "Bearer "+testSecret {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	switch r.URL.Path {
+	case "/v1/prolog":
+		var in hookapi.PrologRequest
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		f.prologs = append(f.prologs, in)
+	case "/v1/epilog":
+		var in hookapi.EpilogRequest
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		f.epilogs = append(f.epilogs, in)
+	}
+	step := f.script[min(f.calls, len(f.script)-1)]
+	f.calls++
+	step(w)
+}
+
+func answer(v any) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) { _ = json.NewEncoder(w).Encode(v) }
+}
+
+func status(code int, msg string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) { http.Error(w, msg, code) }
+}
+
+const testSecret = "hook-secret-for-the-hook-tests"
+
+// hookWorld is one hook run's surroundings: the API, the secret file, the state directory and slurmctld's
+// environment for job 42, run 1, of cluster c1, a Juice job.
+type hookWorld struct {
+	api      *fakeAPI
+	url      string
+	secret   string
+	stateDir string
+	env      map[string]string
+	stderr   bytes.Buffer
+}
+
+func newHookWorld(t *testing.T, script ...func(http.ResponseWriter)) *hookWorld {
+	t.Helper()
+	w := &hookWorld{api: &fakeAPI{script: script}, stateDir: t.TempDir()}
+	srv := httptest.NewServer(w.api)
+	t.Cleanup(srv.Close)
+	w.url = srv.URL
+	w.secret = filepath.Join(t.TempDir(), "hook.secret")
+	require.NoError(t, os.WriteFile(w.secret, []byte(testSecret+"\n"), 0o600))
+	w.env = map[string]string{"SLURM_JOB_ID": "42", "SLURM_JOB_RESTART_COUNT": "1", "SLURM_CLUSTER_NAME": "c1",
+		"SPANK_JUICE_REQUEST": "juice:v1:pool=test,gpus=1", "SLURM_JOB_EXIT_CODE2": "0:0"}
+	return w
+}
+
+func (w *hookWorld) run(which string, extra ...string) error {
+	args := append([]string{"--hook-url", w.url, "--hook-secret", w.secret, "--state-dir", w.stateDir,
+		"--prolog-wait", "2s", "--epilog-wait", "1s"}, extra...)
+	return hookMain(context.Background(), which, args, func(k string) string { return w.env[k] }, &w.stderr)
+}
+
+func exitStatus(err error) int {
+	var ec exitCode
+	if errors.As(err, &ec) {
+		return int(ec)
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+var sealed = []byte("JUICE-SESSION v1 cluster=c1 job=42 run=1\nsealed bytes")
+
+func TestPrologWritesTheSessionAtomically(t *testing.T) {
+	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"}))
+	require.Equal(t, 0, exitStatus(w.run("prolog")))
+	got, err := os.ReadFile(filepath.Join(w.stateDir, "42.1.session"))
+	require.NoError(t, err)
+	require.Equal(t, sealed, got)
+	st, err := os.Stat(filepath.Join(w.stateDir, "42.1.session"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	entries, err := os.ReadDir(w.stateDir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file is left")
+	require.Equal(t, []hookapi.PrologRequest{{Cluster: "c1", JobID: 42, Run: 1, WaitSeconds: 2}},
+		roundWaits(w.api.prologs), "the hook names its run, and nothing else")
+}
+
+func roundWaits(in []hookapi.PrologRequest) []hookapi.PrologRequest {
+	out := append([]hookapi.PrologRequest(nil), in...)
+	for i := range out {
+		if out[i].WaitSeconds > 1.5 {
+			out[i].WaitSeconds = 2
+		}
+	}
+	return out
+}
+
+// Failures that another call may cure are retried until the deadline; a ready answer then ends the wait.
+func TestPrologRetriesTransientFailures(t *testing.T) {
+	w := newHookWorld(t, status(http.StatusServiceUnavailable, "not ready"), status(http.StatusBadGateway, "proxy"),
+		answer(hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting, State: "waiting", Reason: "queued"}),
+		answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"}))
+	require.Equal(t, 0, exitStatus(w.run("prolog")))
+	require.Equal(t, 4, w.api.calls)
+	require.Contains(t, w.stderr.String(), "retrying")
+	require.Contains(t, w.stderr.String(), "still waiting (waiting: queued)")
+}
+
+// An answer that no retry can change fails the prolog at once, not at the deadline.
+func TestPrologFailsAtOnceOnAPermanentRefusal(t *testing.T) {
+	for _, code := range []int{http.StatusBadRequest, http.StatusNotFound, http.StatusForbidden} {
+		w := newHookWorld(t, status(code, "no such thing"))
+		require.Equal(t, 1, exitStatus(w.run("prolog")), "HTTP %d", code)
+		require.Equal(t, 1, w.api.calls, "HTTP %d: asked once", code)
+		require.Contains(t, w.stderr.String(), "refused")
+	}
+	w := newHookWorld(t)
+	require.NoError(t, os.WriteFile(w.secret, []byte("another-secret-of-enough-length\n"), 0o600))
+	require.Equal(t, 1, exitStatus(w.run("prolog")))
+	require.Equal(t, 0, w.api.calls, "a wrong secret is turned away before any script step")
+	require.Contains(t, w.stderr.String(), "HTTP 401")
+}
+
+func TestPrologOutcomes(t *testing.T) {
+	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeFailed, Reason: "the pool can never fit 9 GPUs\nforged line"}))
+	require.Equal(t, 1, exitStatus(w.run("prolog")))
+	require.Contains(t, w.stderr.String(), "cannot be served: the pool can never fit 9 GPUs?forged line")
+	require.Equal(t, 2, strings.Count(w.stderr.String(), "\n"), "a newline in a reason cannot forge a line")
+
+	w = newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeNone}))
+	require.Equal(t, 0, exitStatus(w.run("prolog")))
+	entries, _ := os.ReadDir(w.stateDir)
+	require.Empty(t, entries)
+
+	// A file name that is not this run's is refused: nothing is written anywhere.
+	for _, name := range []string{"../42.1.session", "43.1.session", ""} {
+		w = newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: name}))
+		require.Equal(t, 1, exitStatus(w.run("prolog")), name)
+		entries, _ = os.ReadDir(w.stateDir)
+		require.Empty(t, entries, name)
+		_, err := os.Stat(filepath.Join(filepath.Dir(w.stateDir), "42.1.session"))
+		require.True(t, os.IsNotExist(err), name)
+	}
+}
+
+// The wait is bounded: a run that stays waiting fails the prolog at its deadline, so Slurm requeues the job.
+func TestPrologDeadline(t *testing.T) {
+	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting, State: "waiting", Reason: "pool full"}))
+	require.Equal(t, 1, exitStatus(w.run("prolog", "--prolog-wait", "300ms")))
+	require.GreaterOrEqual(t, w.api.calls, 2, "it asked again until the deadline")
+	require.Contains(t, w.stderr.String(), "no session within 300ms")
+	for _, p := range w.api.prologs {
+		require.LessOrEqual(t, p.WaitSeconds, 0.3, "no call waits past the deadline")
+	}
+}
+
+// The hook decides nothing: a job without a Juice request is not asked about, and a misconfigured environment
+// fails the prolog but never the epilog.
+func TestHookEnvironment(t *testing.T) {
+	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady}))
+	delete(w.env, "SPANK_JUICE_REQUEST")
+	require.Equal(t, 0, exitStatus(w.run("prolog")))
+	require.Equal(t, 0, exitStatus(w.run("epilog")))
+	require.Zero(t, w.api.calls)
+
+	w.env["SLURM_JOB_COMMENT"] = "juice:v1:pool=test,gpus=1"
+	require.Equal(t, 0, exitStatus(w.run("prolog")), "a comment is not a request unless trusted")
+	require.Zero(t, w.api.calls)
+	_ = w.run("prolog", "--trust-comment")
+	require.Equal(t, 1, w.api.calls, "--trust-comment makes a commented job a Juice job")
+
+	for _, bad := range []map[string]string{{"SLURM_JOB_ID": "x"}, {"SLURM_JOB_RESTART_COUNT": "-1"}, {"SLURM_CLUSTER_NAME": ""}} {
+		w = newHookWorld(t)
+		for k, v := range bad {
+			w.env[k] = v
+		}
+		require.Equal(t, 1, exitStatus(w.run("prolog")), "%v", bad)
+		require.Equal(t, 0, exitStatus(w.run("epilog")), "%v", bad)
+		require.Zero(t, w.api.calls)
+	}
+	w = newHookWorld(t)
+	require.NoError(t, os.Chmod(w.secret, 0o644))
+	require.Equal(t, 1, exitStatus(w.run("prolog")))
+	require.Contains(t, w.stderr.String(), "chmod 600")
+	require.Zero(t, w.api.calls)
+}
+
+func TestEpilogRemovesTheSessionAndNeverFails(t *testing.T) {
+	w := newHookWorld(t, answer(hookapi.EpilogReply{Outcome: hookapi.OutcomeReleased, Reason: "session cancelled"}))
+	file := filepath.Join(w.stateDir, "42.1.session")
+	require.NoError(t, os.WriteFile(file, sealed, 0o600))
+	require.Equal(t, 0, exitStatus(w.run("epilog")))
+	_, err := os.Stat(file)
+	require.True(t, os.IsNotExist(err), "the session file is removed")
+	require.Equal(t, []hookapi.EpilogRequest{{Cluster: "c1", JobID: 42, Run: 1, ExitCode: "0:0", WaitSeconds: 1}}, w.api.epilogs)
+	require.Contains(t, w.stderr.String(), "session released")
+
+	w = newHookWorld(t, status(http.StatusInternalServerError, "database down"))
+	require.Equal(t, 0, exitStatus(w.run("epilog")))
+	require.Contains(t, w.stderr.String(), "the controller releases the session when it sees the job end")
+}

@@ -1,0 +1,158 @@
+// Package hookapi is the contract between the slurmctld hooks and the controller: the wire types of the hook
+// API and its client. `juice-slurm hook prolog|epilog` uses only this package, not the controller's runtime.
+//
+//	POST /v1/prolog  PrologRequest → PrologReply   wait (bounded) until the run's session is ready or failed
+//	POST /v1/epilog  EpilogRequest → EpilogReply   the run is finished; wait (bounded) for the release
+//	GET  /healthz    the process answers
+//	GET  /readyz     the replica can serve (its database answers)
+//
+// The hook endpoints need "Authorization: Bearer <hook secret>"; a call without it gets 401 and changes nothing.
+// What a run asks for is never taken from the hook: the controller reads the job's admin_comment, which only
+// job_submit.lua writes, from slurmrestd.
+package hookapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+)
+
+// PrologRequest names the run whose prolog waits.
+type PrologRequest struct {
+	Cluster string `json:"cluster"`
+	JobID   uint32 `json:"job_id"`
+	Run     int    `json:"run"`
+	// WaitSeconds bounds this call's wait; the hook calls again until its own deadline, saying how long it waited.
+	WaitSeconds float64 `json:"wait_seconds"`
+}
+
+// Outcomes of a hook call.
+const (
+	OutcomeReady    = "ready"    // the session file is in Session
+	OutcomeFailed   = "failed"   // the run cannot be served; Reason says why
+	OutcomeWaiting  = "waiting"  // not yet; call again
+	OutcomeNone     = "none"     // the run asked nothing of Juice
+	OutcomeReleased = "released" // (epilog) the session is released
+)
+
+// PrologReply is the answer: the sealed session file when ready.
+type PrologReply struct {
+	Outcome string `json:"outcome"`
+	State   string `json:"state,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// Session is the sealed session file, to be written as File in the state directory.
+	Session []byte `json:"session,omitempty"`
+	File    string `json:"file,omitempty"`
+}
+
+// EpilogRequest says a run is finished.
+type EpilogRequest struct {
+	Cluster     string  `json:"cluster"`
+	JobID       uint32  `json:"job_id"`
+	Run         int     `json:"run"`
+	ExitCode    string  `json:"exit_code,omitempty"`
+	WaitSeconds float64 `json:"wait_seconds"`
+}
+
+// EpilogReply says where the release stands.
+type EpilogReply struct {
+	Outcome string `json:"outcome"`
+	State   string `json:"state,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// MaxBody bounds a request body the server reads, and a reply body the client reads.
+const MaxBody = 1 << 20
+
+// Client calls the hook API.
+type Client struct {
+	// URL is the controller's hook API, e.g. http://127.0.0.1:7171.
+	URL string
+	// Secret is the hook secret file.
+	Secret *secretfile.File
+	// HTTP, when set, is used as is; otherwise a client that never follows a redirect.
+	HTTP *http.Client
+}
+
+// An HTTPError is an answer other than 200.
+type HTTPError struct {
+	Path    string
+	Code    int
+	Message string
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d: %s", e.Path, e.Code, e.Message)
+}
+
+// Permanent reports whether asking again cannot help: the request itself, or the secret, is wrong.
+func (e *HTTPError) Permanent() bool {
+	return e.Code >= 400 && e.Code < 500 && e.Code != http.StatusRequestTimeout && e.Code != http.StatusTooManyRequests
+}
+
+// IsPermanent reports whether err is an answer that asking again cannot change.
+func IsPermanent(err error) bool {
+	var he *HTTPError
+	return errors.As(err, &he) && he.Permanent()
+}
+
+// Prolog asks for the run's session, waiting on the server up to in.WaitSeconds.
+func (c *Client) Prolog(ctx context.Context, in PrologRequest) (PrologReply, error) {
+	var out PrologReply
+	err := c.call(ctx, "/v1/prolog", in, &out, in.WaitSeconds)
+	return out, err
+}
+
+// Epilog says the run is finished, waiting on the server up to in.WaitSeconds for the release.
+func (c *Client) Epilog(ctx context.Context, in EpilogRequest) (EpilogReply, error) {
+	var out EpilogReply
+	err := c.call(ctx, "/v1/epilog", in, &out, in.WaitSeconds)
+	return out, err
+}
+
+// callSlack is how much longer than the server's wait a call may take: the answer's round trip.
+const callSlack = 5 * time.Second
+
+func (c *Client) call(ctx context.Context, path string, in, out any, waitSeconds float64) error {
+	secret, err := c.Secret.Value()
+	if err != nil {
+		return fmt.Errorf("hook secret: %w", err)
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(waitSeconds*float64(time.Second))+callSlack)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.URL, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+secret)
+	req.Header.Set("Content-Type", "application/json")
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
+	if resp.StatusCode != http.StatusOK {
+		return &HTTPError{Path: path, Code: resp.StatusCode, Message: strings.TrimSpace(string(raw))}
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("%s: the answer is not JSON: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package controller
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/juice-slurm/juice-slurm/controller/hookapi"
+	"github.com/juice-slurm/juice-slurm/controller/notify"
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+)
+
+// Jobs reads one job from slurmrestd.
+type Jobs interface {
+	GetJob(ctx context.Context, id uint32) (*slurmrest.Job, error)
+}
+
+// HookStore is what the hook server reads and writes (store.Store).
+type HookStore interface {
+	Cluster() string
+	LiveRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error)
+	ForRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error)
+	Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error)
+	Sealed(ctx context.Context, id uuid.UUID) ([]byte, error)
+	EnsureRun(ctx context.Context, nr reconcile.NewReservation) (reconcile.Reservation, bool, error)
+	UnwantRun(ctx context.Context, run reconcile.RunID, reason string, over bool) (bool, error)
+}
+
+var _ HookStore = (*store.Store)(nil)
+
+// HookServer serves the hook API (package hookapi) on every replica, from PostgreSQL: none needs to lead. It is
+// an observer: a prolog for a run nobody has seen yet registers it, from the job's admin_comment as slurmrestd
+// shows it, and an epilog records that the run is over; the reconciler does the rest.
+type HookServer struct {
+	Store   HookStore
+	Hub     *notify.Hub
+	Jobs    Jobs
+	Secret  *secretfile.File
+	Metrics *Metrics
+	Log     logr.Logger
+	// TrustComment: see Poller.TrustComment.
+	TrustComment bool
+	// Ready reports whether the replica can serve (the database answers).
+	Ready func(ctx context.Context) error
+	// Recheck is the fallback re-read of a waited-on row when no notification comes. Default 1s.
+	Recheck time.Duration
+	// MaxWait caps one call's wait. Default 30s.
+	MaxWait time.Duration
+}
+
+// Handler returns the HTTP handler.
+func (a *HookServer) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/prolog", a.auth(a.prolog))
+	mux.HandleFunc("POST /v1/epilog", a.auth(a.epilog))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if a.Ready != nil {
+			if err := a.Ready(r.Context()); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	if a.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
+func (a *HookServer) auth(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		secret, err := a.Secret.Value()
+		if err != nil {
+			a.Log.Error(err, "cannot read the hook secret")
+			http.Error(w, "the controller cannot read its hook secret", http.StatusServiceUnavailable)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(secret)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="juice-slurm hooks"`)
+			http.Error(w, "unauthorized: the hook secret is missing or wrong", http.StatusUnauthorized)
+			return
+		}
+		next(w, r)
+	}
+}
+
+func (a *HookServer) prolog(w http.ResponseWriter, r *http.Request) {
+	var in hookapi.PrologRequest
+	if !decode(w, r, &in) {
+		return
+	}
+	start := time.Now()
+	run := reconcile.RunID{Cluster: in.Cluster, JobID: in.JobID, Run: in.Run}
+	if in.Cluster != a.Store.Cluster() {
+		http.Error(w, fmt.Sprintf("bad request: this controller serves cluster %q, not %q", a.Store.Cluster(), in.Cluster), http.StatusBadRequest)
+		return
+	}
+	res, err := a.Store.LiveRun(r.Context(), run)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		var rep *hookapi.PrologReply
+		res, rep, err = a.register(r.Context(), run)
+		if rep != nil {
+			reply(w, *rep)
+			return
+		}
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	out := a.wait(r.Context(), res, in.WaitSeconds, func(r *reconcile.Reservation) bool {
+		return r.Status.State == reconcile.StateReady || r.Failed() || r.Status.State.Final() || !r.Spec.Wanted
+	})
+	rep := hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting, State: string(out.Status.State), Reason: out.Status.Reason}
+	switch {
+	case out.Failed():
+		rep.Outcome, rep.Reason = hookapi.OutcomeFailed, out.Status.FailReason
+	case !out.Spec.Wanted || out.Status.State.Final():
+		rep.Outcome = hookapi.OutcomeFailed
+		rep.Reason = "the reservation was let go before the job started: " + out.Spec.WantReason
+	case out.Status.State == reconcile.StateReady:
+		sealed, err := a.Store.Sealed(r.Context(), out.ID)
+		if err != nil || sealed == nil {
+			// Moved on since it was read (lost, say): the next call sees where it went.
+			break
+		}
+		rep.Outcome, rep.Session, rep.File = hookapi.OutcomeReady, sealed, session.FileName(out.Run.Binding())
+	}
+	if rep.Outcome != hookapi.OutcomeWaiting {
+		a.Metrics.observePrologWait(time.Since(start), rep.Outcome)
+	}
+	reply(w, rep)
+}
+
+// register creates the reservation of a run that nobody has seen yet (the prolog came before the poller), from the
+// job's request as slurmrestd shows it: never from anything the hook sends. It returns either the reservation or
+// the reply to give.
+func (a *HookServer) register(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, *hookapi.PrologReply, error) {
+	j, err := a.Jobs.GetJob(ctx, run.JobID)
+	a.Metrics.observeSlurm("get_job", err)
+	if err != nil {
+		return reconcile.Reservation{}, &hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting,
+			Reason: fmt.Sprintf("cannot read job %d from slurmrestd: %v", run.JobID, err)}, nil
+	}
+	req, err := JobRequest(j, a.TrustComment)
+	if errors.Is(err, request.ErrNotARequest) {
+		return reconcile.Reservation{}, &hookapi.PrologReply{Outcome: hookapi.OutcomeNone, Reason: "the job carries no Juice request"}, nil
+	}
+	if err != nil {
+		return reconcile.Reservation{}, &hookapi.PrologReply{Outcome: hookapi.OutcomeFailed, Reason: err.Error()}, nil
+	}
+	res, created, err := a.Store.EnsureRun(ctx, reconcile.NewReservation{Run: run, Request: req, UserName: j.UserName,
+		Partition: j.Partition, JobState: string(j.State), Reason: "registered by the prolog: " + req.Describe()})
+	if created {
+		a.Log.Info("prolog registered a run the poller had not seen", "job", run.JobID, "run", run.Run, "request", req.String())
+	}
+	return res, nil, err
+}
+
+func (a *HookServer) epilog(w http.ResponseWriter, r *http.Request) {
+	var in hookapi.EpilogRequest
+	if !decode(w, r, &in) {
+		return
+	}
+	run := reconcile.RunID{Cluster: in.Cluster, JobID: in.JobID, Run: in.Run}
+	if in.Cluster != a.Store.Cluster() {
+		http.Error(w, fmt.Sprintf("bad request: this controller serves cluster %q, not %q", a.Store.Cluster(), in.Cluster), http.StatusBadRequest)
+		return
+	}
+	reason := fmt.Sprintf("job %d run %d finished (epilog", in.JobID, in.Run)
+	if in.ExitCode != "" {
+		reason += ", exit code " + in.ExitCode
+	}
+	reason += ")"
+	// The leader's reconciler hears of it through NOTIFY.
+	_, err := a.Store.UnwantRun(r.Context(), run, reason, true)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		reply(w, hookapi.EpilogReply{Outcome: hookapi.OutcomeNone, Reason: "no reservation for this run"})
+		return
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	res, err := a.Store.ForRun(r.Context(), run)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	out := a.wait(r.Context(), res, in.WaitSeconds, func(r *reconcile.Reservation) bool { return r.Status.State.Final() })
+	rep := hookapi.EpilogReply{Outcome: hookapi.OutcomeWaiting, State: string(out.Status.State), Reason: out.Status.Reason}
+	if out.Status.State.Final() {
+		rep.Outcome = hookapi.OutcomeReleased
+	}
+	reply(w, rep)
+}
+
+// wait returns the reservation as soon as done holds for it, or when the wait is over. It wakes on NOTIFY and
+// re-reads the row every Recheck in case a notification was lost.
+func (a *HookServer) wait(ctx context.Context, r reconcile.Reservation, seconds float64, done func(*reconcile.Reservation) bool) reconcile.Reservation {
+	if done(&r) {
+		return r
+	}
+	max := a.MaxWait
+	if max == 0 {
+		max = 30 * time.Second
+	}
+	d := time.Duration(seconds * float64(time.Second))
+	if d <= 0 || d > max {
+		d = max
+	}
+	recheck := a.Recheck
+	if recheck == 0 {
+		recheck = time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var wake <-chan struct{}
+	if a.Hub != nil {
+		ch, unsub := a.Hub.Subscribe(r.ID)
+		defer unsub()
+		wake = ch
+		// A change between the caller's read and the subscription would be missed: read once more.
+		if fresh, err := a.Store.Get(ctx, r.ID); err == nil {
+			r = fresh
+			if done(&r) {
+				return r
+			}
+		}
+	}
+	t := time.NewTicker(recheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return r
+		case <-wake:
+		case <-t.C:
+		}
+		fresh, err := a.Store.Get(ctx, r.ID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return r
+			}
+			a.Log.Error(err, "re-read a waited-on reservation", "reservation", r.ID)
+			continue
+		}
+		r = fresh
+		if done(&r) {
+			return r
+		}
+	}
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, hookapi.MaxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		http.Error(w, "bad request body: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func reply(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,202 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/uuid"
+
+	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
+)
+
+// Store is what the Reconciler reads and writes: a reservation, and its status.
+type Store interface {
+	// Get returns a reservation without its sealed session file; ErrNotFound when there is none.
+	Get(ctx context.Context, id uuid.UUID) (Reservation, error)
+	// SaveStatus writes r's status, read at r.Status.Version, and t as an event; ErrConflict when the status
+	// changed since.
+	SaveStatus(ctx context.Context, r *Reservation, t Transition) error
+}
+
+// Reconciler is the one actor that moves reservations along the state machine: it drives each reservation
+// towards what its spec asks (a session while the run is wanted, none once it is not), one pass at a time. A pass
+// reads the row, acts on the Juice Controller, and writes the outcome; it can stop at any line (a crash, a lost
+// lease, a conflicting write) and the next pass picks up from the row: the intent to request is committed before
+// the request is sent, and the request carries the reservation's id as its idempotency key, so a repeated request
+// finds the session the first one made instead of booking a second.
+type Reconciler struct {
+	Store Store
+	Juice juiceapi.Client
+	// Key seals session files.
+	Key session.KeySource
+	Log logr.Logger
+	// WaitPoll is how often a session that is queued or assigned at the controller is looked at again.
+	WaitPoll time.Duration
+	// ReadyCheck is how often a ready session is checked to be still alive.
+	ReadyCheck time.Duration
+	// OnReady, when set, hears of each reservation that became ready (for metrics).
+	OnReady func(r *Reservation)
+	Now     func() time.Time
+}
+
+// Result tells the work queue when to look at the reservation again; zero means only when something changes.
+type Result struct {
+	RequeueAfter time.Duration
+}
+
+// maxSteps bounds the transitions of one pass; a reservation needs at most five to go from pending to released.
+const maxSteps = 8
+
+// Reconcile runs one pass over the reservation id.
+func (rc *Reconciler) Reconcile(ctx context.Context, id uuid.UUID) (Result, error) {
+	r, err := rc.Store.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Result{}, nil
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	log := rc.Log.WithValues("job", r.Run.JobID, "run", r.Run.Run, "reservation", r.ID)
+	for i := 0; i < maxSteps; i++ {
+		if r.Status.State.Final() {
+			return Result{}, nil
+		}
+		res, done, err := rc.step(ctx, log, &r)
+		if err != nil || done {
+			return res, err
+		}
+	}
+	return Result{RequeueAfter: time.Second}, nil
+}
+
+// step takes one transition (done false), or says how long to wait (done true).
+func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
+	// Not wanted any more: whatever it holds or is getting is let go, in every state that serves the run.
+	if !r.Spec.Wanted && r.Status.State.Serving() {
+		reason := r.Spec.WantReason
+		if reason == "" {
+			reason = "no longer wanted"
+		}
+		return Result{}, false, rc.apply(ctx, log, r, EventUnwanted, reason)
+	}
+	req := juiceapi.SessionRequest{PoolID: r.Request.Pool, GPUs: r.Request.GPUs, VRAMPerGPU: r.Request.VRAM}
+	switch r.Status.State {
+	case StatePending:
+		// The intent is committed here, before the controller is asked: a crash after this line finds the
+		// reservation requesting, and asks again with the same key.
+		return Result{}, false, rc.apply(ctx, log, r, EventRequest, "asking the Juice Controller for "+r.Request.Describe())
+
+	case StateRequesting:
+		sid, err := rc.Juice.RequestSession(ctx, r.ID, req)
+		if errors.Is(err, juiceapi.ErrNoCapacity) {
+			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice Controller cannot ever fit "+r.Request.Describe()+": "+err.Error())
+		}
+		if err != nil {
+			return Result{}, true, fmt.Errorf("request session: %w", err)
+		}
+		r.Status.SessionID = sid
+		return Result{}, false, rc.apply(ctx, log, r, EventQueued, "session "+sid+" queued at the Juice Controller")
+
+	case StateWaiting:
+		s, err := rc.Juice.GetSession(ctx, r.Status.SessionID)
+		if errors.Is(err, juiceapi.ErrNotFound) {
+			return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller no longer knows session "+r.Status.SessionID)
+		}
+		if err != nil {
+			return Result{}, true, fmt.Errorf("get session: %w", err)
+		}
+		switch {
+		case s.Active():
+			if err := rc.seal(r, s); err != nil {
+				return Result{}, false, rc.apply(ctx, log, r, EventFail, "cannot seal the session file: "+err.Error())
+			}
+			if err := rc.apply(ctx, log, r, EventActive, "session "+s.ID+" active on agent "+s.Address); err != nil {
+				return Result{}, true, err
+			}
+			if rc.OnReady != nil {
+				rc.OnReady(r)
+			}
+			// Just seen active: the first check that it is still alive is due in ReadyCheck, not now.
+			return Result{RequeueAfter: rc.ReadyCheck}, true, nil
+		case s.Ended():
+			return Result{}, false, rc.apply(ctx, log, r, EventClosed,
+				fmt.Sprintf("the Juice Controller ended session %s (%s) before it became active", s.ID, s.State))
+		}
+		return Result{RequeueAfter: rc.WaitPoll}, true, nil
+
+	case StateReady:
+		s, err := rc.Juice.GetSession(ctx, r.Status.SessionID)
+		if errors.Is(err, juiceapi.ErrNotFound) || err == nil && s.Ended() {
+			return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller ended session "+r.Status.SessionID+" while the job held it")
+		}
+		if err != nil {
+			return Result{}, true, fmt.Errorf("check session: %w", err)
+		}
+		return Result{RequeueAfter: rc.ReadyCheck}, true, nil
+
+	case StateReleasing:
+		if r.Status.SessionID == "" && r.Status.Requested {
+			// A request may have reached the controller without its answer reaching us. Asking again with the
+			// same key returns that session, if there is one, so that it can be cancelled.
+			sid, err := rc.Juice.RequestSession(ctx, r.ID, req)
+			switch {
+			case errors.Is(err, juiceapi.ErrNoCapacity):
+				// The controller refuses the request outright, so it never made a session for the key.
+			case err != nil:
+				return Result{}, true, fmt.Errorf("find the session to release: %w", err)
+			default:
+				r.Status.SessionID = sid
+			}
+		}
+		reason := "no session was ever made"
+		if r.Status.SessionID != "" {
+			if err := rc.Juice.CancelSession(ctx, r.Status.SessionID); err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
+				return Result{}, true, fmt.Errorf("cancel session: %w", err)
+			}
+			reason = "session " + r.Status.SessionID + " cancelled at the Juice Controller"
+		}
+		return Result{}, false, rc.apply(ctx, log, r, EventClosed, reason)
+	}
+	return Result{}, true, fmt.Errorf("reservation %s: unknown state %q", r.ID, r.Status.State)
+}
+
+// seal writes the session file for an active session into r's status.
+func (rc *Reconciler) seal(r *Reservation, s *juiceapi.Session) error {
+	key, err := rc.Key.Bytes()
+	if err != nil {
+		return err
+	}
+	g := session.Grant{SessionID: s.ID, Address: s.Address}
+	for _, gpu := range s.GPUs {
+		g.GPUs = append(g.GPUs, gpu.Index)
+	}
+	sealed, err := session.Seal(key, r.Run.Binding(), session.Env(r.Request, g))
+	if err != nil {
+		return err
+	}
+	r.Status.Sealed, r.Status.AgentAddress, r.Status.ReadyAt = sealed, s.Address, rc.now()
+	return nil
+}
+
+func (rc *Reconciler) apply(ctx context.Context, log logr.Logger, r *Reservation, ev Event, reason string) error {
+	t, err := Apply(r, ev, reason, rc.now())
+	if err != nil {
+		return err
+	}
+	if err := rc.Store.SaveStatus(ctx, r, t); err != nil {
+		return err
+	}
+	log.Info("reservation moved", "from", t.From, "to", t.To, "reason", reason)
+	return nil
+}
+
+func (rc *Reconciler) now() time.Time {
+	if rc.Now != nil {
+		return rc.Now()
+	}
+	return time.Now()
+}

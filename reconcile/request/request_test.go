@@ -1,0 +1,127 @@
+package request
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// unescape undoes requests.tsv's escapes: \\ \t \n \xNN.
+func unescape(t *testing.T, s string) string {
+	t.Helper()
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 >= len(s) {
+			t.Fatalf("dangling backslash in %q", s)
+		}
+		switch s[i+1] {
+		case '\\':
+			b.WriteByte('\\')
+		case 't':
+			b.WriteByte('\t')
+		case 'n':
+			b.WriteByte('\n')
+		case 'x':
+			n, err := strconv.ParseUint(s[i+2:i+4], 16, 8)
+			if err != nil {
+				t.Fatalf("bad \\x escape in %q", s)
+			}
+			b.WriteByte(byte(n))
+			i += 2
+		default:
+			t.Fatalf("unknown escape in %q", s)
+		}
+		i++
+	}
+	return b.String()
+}
+
+// TestRequestVectors checks every row of the table that job_submit.lua and the C plugin are tested against too.
+func TestRequestVectors(t *testing.T) {
+	f, err := os.Open("../../test/vectors/requests.tsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	rows := 0
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		cols := strings.Split(line, "\t")
+		in := unescape(t, cols[0])
+		rows++
+		r, err := Parse(in)
+		switch cols[1] {
+		case "ok":
+			want := Request{Pool: cols[2]}
+			want.GPUs, _ = strconv.Atoi(cols[3])
+			want.VRAM, _ = strconv.ParseUint(cols[4], 10, 64)
+			if err != nil || r != want {
+				t.Errorf("requests.tsv:%d: Parse(%q) = %+v, %v; want %+v", n, in, r, err, want)
+			} else if r.String() != in {
+				t.Errorf("requests.tsv:%d: %q prints back as %q", n, in, r.String())
+			}
+		case "none":
+			if !errors.Is(err, ErrNotARequest) {
+				t.Errorf("requests.tsv:%d: Parse(%q) = %+v, %v; want not a request", n, in, r, err)
+			}
+		case "error":
+			var pe *ParseError
+			if !errors.As(err, &pe) || pe.What != cols[2] {
+				t.Errorf("requests.tsv:%d: Parse(%q) = %+v, %v; want a refusal naming %s", n, in, r, err, cols[2])
+			} else if strings.ContainsAny(err.Error(), "\n\t") {
+				t.Errorf("requests.tsv:%d: the message holds a control character: %q", n, err)
+			}
+		default:
+			t.Fatalf("requests.tsv:%d: unknown result %q", n, cols[1])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if rows < 70 {
+		t.Fatalf("only %d rows", rows)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	for r, want := range map[Request]string{
+		{Pool: "p", GPUs: 1}:                    "1 GPU from pool p",
+		{Pool: "p", GPUs: 3}:                    "3 GPUs from pool p",
+		{Pool: "p", GPUs: 1, VRAM: 3 * GiB / 2}: "a 1.5GiB slice of 1 GPU from pool p",
+	} {
+		if got := r.Describe(); got != want {
+			t.Errorf("%+v: %q, want %q", r, got, want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"juice:v1:pool=test,gpus=1", "juice:v1:pool=test,gpus=1,vram=1610612736", "juice:v2:x", "juice:v1:pool=a,gpus=01"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := Parse(s)
+		if err != nil {
+			var pe *ParseError
+			if !errors.Is(err, ErrNotARequest) && !errors.As(err, &pe) {
+				t.Fatalf("Parse(%q): unclassified error %v", s, err)
+			}
+			return
+		}
+		// One text per request: whatever parses prints back byte for byte.
+		if r.String() != s {
+			t.Fatalf("Parse(%q) prints back as %q", s, r.String())
+		}
+	})
+}

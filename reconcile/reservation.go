@@ -1,0 +1,118 @@
+// Package reconcile is juice-slurm's domain: a reservation per run of a Juice job, its state machine, the
+// look-ahead policy that says which pending jobs are reserved now, and the Reconciler, the one actor that moves
+// a reservation along the state machine by acting on the Juice Controller.
+//
+// A reservation has two halves, as a Kubernetes object has a spec and a status:
+//
+//   - Spec is what the observers record (the poller watching slurmrestd, the hooks, the admin CLI, any
+//     replica): whether the run still wants a session and why, whether the run is over, and what Slurm last said
+//     of its job. Observers write only the spec, and their writes never conflict with the reconciler's.
+//   - Status is the reconciler's alone: the state, the session, the sealed session file.
+//
+// The sub-packages hold the request grammar (request), the session file and task environment (session) and the
+// PostgreSQL store (store).
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
+)
+
+// A RunID names one run of a Slurm job: a requeued job is a new run, with the restart count one higher, and gets
+// a reservation of its own.
+type RunID struct {
+	Cluster string
+	JobID   uint32
+	Run     int
+}
+
+func (r RunID) String() string { return fmt.Sprintf("%s/%d.%d", r.Cluster, r.JobID, r.Run) }
+
+// Binding is what the run's session file is bound to.
+func (r RunID) Binding() session.Binding {
+	return session.Binding{Cluster: r.Cluster, JobID: r.JobID, Run: r.Run}
+}
+
+// Reservation is one run's reservation, as stored.
+type Reservation struct {
+	// ID is also the idempotency key sent with every request to the Juice Controller for this reservation.
+	ID      uuid.UUID
+	Run     RunID
+	Request request.Request
+	// UserName and Partition are for people reading status.
+	UserName  string
+	Partition string
+	CreatedAt time.Time
+
+	Spec   Spec
+	Status Status
+}
+
+// Spec is what the observers see and want. The reconciler reads it and never writes it.
+type Spec struct {
+	// Wanted: does the run still need a session? It starts true and, once false, stays false: a run that is
+	// wanted again (a held job let go) gets a new reservation.
+	Wanted bool
+	// WantReason says why the run is no longer wanted, for people and for the transition it causes.
+	WantReason string
+	// RunOver is set when the run itself ended (its job ended, vanished or was requeued, or an administrator
+	// released it): the run never gets another reservation. A reservation let go because its job is held leaves
+	// the run open.
+	RunOver bool
+	// JobState and JobReason are what Slurm last said of the job (state, and the reason it is pending).
+	JobState  string
+	JobReason string
+}
+
+// Status is the reconciler's: where the reservation stands.
+type Status struct {
+	State State
+	// Reason says, for people, why the reservation is in its state.
+	Reason string
+	// FailReason is set once the run cannot be served; the reservation then ends in StateFailed.
+	FailReason string
+	// Requested is set once a request with this reservation's key may have reached the controller, so that a
+	// release knows it must find and cancel a session even when it never learnt the session's id.
+	Requested bool
+
+	SessionID    string
+	AgentAddress string
+	ReadyAt      time.Time
+	UpdatedAt    time.Time
+	// Sealed is the session file, sealed for this run under the cluster key. The store reads it only for the
+	// prolog (Store.Sealed), and writes it only when it is set: a status write without it keeps the stored one.
+	// It is dropped once the reservation is final.
+	Sealed []byte
+	// Version counts status writes; a write based on an older version is refused (ErrConflict), so two
+	// reconcile passes never interleave. Observers' writes do not move it.
+	Version int64
+}
+
+// Failed reports whether the run is known not to be served: the prolog gives up on it at once.
+func (r *Reservation) Failed() bool {
+	return r.Status.State == StateFailed || r.Status.FailReason != ""
+}
+
+// A NewReservation is what is known of a run when an observer first wants it reserved.
+type NewReservation struct {
+	Run       RunID
+	Request   request.Request
+	UserName  string
+	Partition string
+	JobState  string
+	// Reason says who saw the run first: the poller, or a prolog that came before it.
+	Reason string
+}
+
+var (
+	// ErrNotFound: no such reservation (in this cluster).
+	ErrNotFound = errors.New("reservation not found")
+	// ErrConflict: the status changed since it was read; read it again and decide again.
+	ErrConflict = errors.New("reservation changed concurrently")
+)

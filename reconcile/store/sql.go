@@ -1,0 +1,131 @@
+package store
+
+// Every SQL statement of juice-slurm, in one place. Every statement about reservations names its cluster ($1):
+// several clusters may share one database, and none reads or writes another's rows.
+
+// NotifyChannel is the LISTEN/NOTIFY channel on which every change of a reservation is announced, with the
+// payload "<cluster> <reservation id> <kind>" (see Kind), and for a status change " <state>" after it.
+const NotifyChannel = "juice_reservations"
+
+// blocksNew is the one answer to "may this run be reserved again?": not while one of its reservations is live
+// (not released) or ended the run (run_over). A run released because its job was held may be reserved again
+// once the job is let go; a failed run, or one that is over, never. The partial unique index
+// juice_reservations_live_run (migration 0002) is built on exactly this predicate, so that Ensure's ON CONFLICT
+// enforces it even when two writers race; TestBlocksNewIsTheIndexPredicate checks that they agree.
+const blocksNew = `(state <> 'released' OR run_over)`
+
+const columns = `id, cluster, job_id, run, request, user_name, partition, created_at,
+	wanted, want_reason, run_over, job_state, job_reason,
+	state, reason, fail_reason, requested, session_id, agent_address, ready_at, updated_at, version`
+
+// notify announces a row's change; it is selected in the statement that makes the change, so that the change and
+// its announcement commit together.
+func notify(row, kind string) string {
+	payload := row + `.cluster || ' ' || ` + row + `.id::text || ' ' || '` + kind + `'`
+	if kind == string(KindStatus) {
+		payload += ` || ' ' || ` + row + `.state`
+	}
+	return `pg_notify('` + NotifyChannel + `', ` + payload + `)`
+}
+
+const (
+	sqlMigrationsTable = `CREATE TABLE IF NOT EXISTS juice_schema_migrations (
+		version    integer PRIMARY KEY,
+		applied_at timestamptz NOT NULL DEFAULT now())`
+	// The lock serialises replicas that start at once; it is held only for the migration's transaction.
+	sqlMigrationLock    = `SELECT pg_advisory_xact_lock(8316250011)`
+	sqlMigrationApplied = `SELECT EXISTS (SELECT 1 FROM juice_schema_migrations WHERE version = $1)`
+	sqlMigrationRecord  = `INSERT INTO juice_schema_migrations (version) VALUES ($1)`
+	sqlIndexPredicate   = `SELECT pg_get_expr(indpred, indrelid) FROM pg_index
+		WHERE indexrelid = 'juice_reservations_live_run'::regclass`
+)
+
+// Observers' statements: they create reservations and write the spec, never the status.
+var (
+	// Insert pending, wanted reservations for the runs that may be reserved (blocksNew); the others are left as
+	// they are. One statement for any number of runs, with the creation events and the notifications.
+	sqlEnsure = `WITH n AS (
+			SELECT * FROM unnest($2::uuid[], $3::bigint[], $4::integer[], $5::text[], $6::text[], $7::integer[],
+				$8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[])
+				AS n(id, job_id, run, request, pool, gpus, vram, user_name, partition, reason, job_state)),
+		ins AS (
+			INSERT INTO juice_reservations (id, cluster, job_id, run, request, pool, gpus, vram, user_name, partition,
+				state, reason, wanted, job_state)
+			SELECT id, $1, job_id, run, request, pool, gpus, vram, user_name, partition, 'pending', reason, true, job_state
+			FROM n
+			ON CONFLICT (cluster, job_id, run) WHERE ` + blocksNew + ` DO NOTHING
+			RETURNING ` + columns + `),
+		ev AS (
+			INSERT INTO juice_events (reservation_id, from_state, to_state, event, reason)
+			SELECT id, '', 'pending', 'created', reason FROM ins)
+		SELECT ` + columns + `, ` + notify("ins", "created") + ` FROM ins`
+
+	// Unwant marks a reservation not wanted (keeping the first reason) and, when $4, its run over. A row that
+	// already says so is not touched, and not announced.
+	sqlUnwant = `UPDATE juice_reservations SET
+			want_reason = CASE WHEN wanted AND state NOT IN ('released', 'failed') THEN $3 ELSE want_reason END,
+			wanted = false, run_over = run_over OR $4
+		WHERE cluster = $1 AND id = $2 AND (wanted AND state NOT IN ('released', 'failed') OR $4 AND NOT run_over)
+		RETURNING ` + notify("juice_reservations", "spec")
+	// The run's latest reservation: the live one when there is one (it is always the newest).
+	sqlLatestIDByRun = `SELECT id FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
+		ORDER BY created_at DESC, id DESC LIMIT 1`
+	// What Slurm says of the job, for the job actor and for people: written only when it changed.
+	sqlObserveJob = `UPDATE juice_reservations SET job_state = $3, job_reason = $4
+		WHERE cluster = $1 AND id = $2 AND state NOT IN ('released', 'failed') AND (job_state <> $3 OR job_reason <> $4)
+		RETURNING ` + notify("juice_reservations", "observed")
+)
+
+// The reconciler's statement: the status, based on the version it read.
+var (
+	// A row changed by another status write since it was read is left alone (no row comes back: ErrConflict).
+	// The update, its event and the notification are one statement: one round trip, one implicit transaction.
+	// The sealed session file is kept when $9 is NULL, and dropped once the reservation is final.
+	sqlSaveStatus = `WITH u AS (
+			UPDATE juice_reservations SET
+				state = $4, reason = $5, fail_reason = $6, requested = $7, session_id = $8,
+				sealed = CASE WHEN $4 IN ('released', 'failed') THEN NULL ELSE coalesce($9, sealed) END,
+				agent_address = $10, ready_at = $11, updated_at = now(), version = version + 1
+			WHERE cluster = $1 AND id = $2 AND version = $3
+			RETURNING cluster, id, state, updated_at, version),
+		e AS (
+			INSERT INTO juice_events (reservation_id, from_state, to_state, event, reason)
+			SELECT u.id, $12, $4, $13, $14 FROM u)
+		SELECT u.updated_at, u.version, ` + notify("u", "status") + ` FROM u`
+)
+
+// Reads.
+var (
+	sqlByID      = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND id = $2`
+	sqlSealed    = `SELECT sealed FROM juice_reservations WHERE cluster = $1 AND id = $2`
+	sqlLiveRun   = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3 AND ` + blocksNew
+	sqlLatestRun = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
+		ORDER BY created_at DESC, id DESC LIMIT 1`
+	sqlByJob = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 ORDER BY run, created_at`
+	sqlOpen  = `SELECT ` + columns + ` FROM juice_reservations
+		WHERE cluster = $1 AND state NOT IN ('released', 'failed') ORDER BY created_at`
+	// Runs of the given jobs that will never be reserved again: their reservation is final and still blocks.
+	sqlDone = `SELECT job_id, run FROM juice_reservations
+		WHERE cluster = $1 AND job_id = ANY($2) AND state IN ('released', 'failed') AND ` + blocksNew
+	sqlEvents = `SELECT e.from_state, e.to_state, e.event, e.reason, e.at FROM juice_events e
+		JOIN juice_reservations r ON r.id = e.reservation_id
+		WHERE r.cluster = $1 AND e.reservation_id = $2 ORDER BY e.id`
+	sqlSummary = `SELECT pool, state, count(*) FROM juice_reservations WHERE cluster = $1
+		GROUP BY pool, state ORDER BY pool, state`
+)
+
+// The leader lease.
+const (
+	// Take the lease when it is free, expired or already ours; otherwise leave it. The row comes back only
+	// when the caller holds the lease afterwards.
+	sqlAcquireLease = `INSERT INTO juice_leases (name, holder, acquired_at, expires_at)
+		VALUES ($1, $2, now(), now() + $3 * interval '1 millisecond')
+		ON CONFLICT (name) DO UPDATE SET
+			holder = EXCLUDED.holder,
+			acquired_at = CASE WHEN juice_leases.holder = EXCLUDED.holder THEN juice_leases.acquired_at ELSE now() END,
+			expires_at = EXCLUDED.expires_at
+		WHERE juice_leases.holder = EXCLUDED.holder OR juice_leases.expires_at < now()
+		RETURNING holder`
+	sqlReleaseLease = `DELETE FROM juice_leases WHERE name = $1 AND holder = $2`
+	sqlLeaseHolder  = `SELECT holder, expires_at FROM juice_leases WHERE name = $1 AND expires_at >= now()`
+)

@@ -1,0 +1,424 @@
+// Package store keeps juice-slurm's state in PostgreSQL: every reservation with its spec and status, its
+// history, and the leader lease. All SQL is in sql.go, the schema in migrations/. A Store serves one cluster;
+// several clusters, and any number of replicas, may share one database.
+package store
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+)
+
+// Kind says which half of a reservation a notification is about: who needs to look at it.
+type Kind string
+
+const (
+	KindCreated  Kind = "created"  // an observer created it: the reconciler starts on it
+	KindSpec     Kind = "spec"     // an observer changed what is wanted: the reconciler acts on it
+	KindObserved Kind = "observed" // Slurm's view of the job changed: the job actor looks at it
+	KindStatus   Kind = "status"   // the reconciler moved it: waiting hooks and the job actor look at it
+)
+
+// A Notification is one payload on NotifyChannel.
+type Notification struct {
+	Cluster string
+	ID      uuid.UUID
+	Kind    Kind
+	// State is the state a status change moved the reservation to; empty for the other kinds.
+	State reconcile.State
+}
+
+// ParseNotification reads a payload on NotifyChannel.
+func ParseNotification(payload string) (Notification, bool) {
+	f := strings.Fields(payload)
+	if len(f) < 3 || len(f) > 4 {
+		return Notification{}, false
+	}
+	id, err := uuid.Parse(f[1])
+	if err != nil {
+		return Notification{}, false
+	}
+	n := Notification{Cluster: f[0], ID: id, Kind: Kind(f[2])}
+	if len(f) == 4 {
+		n.State = reconcile.State(f[3])
+	}
+	return n, true
+}
+
+// Count is one cell of the status table.
+type Count struct {
+	Pool  string
+	State reconcile.State
+	N     int
+}
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is the PostgreSQL store of one cluster.
+type Store struct {
+	pool    *pgxpool.Pool
+	cluster string
+}
+
+var _ reconcile.Store = (*Store)(nil)
+
+// New returns the store of cluster on pool; call Migrate before use.
+func New(pool *pgxpool.Pool, cluster string) *Store { return &Store{pool: pool, cluster: cluster} }
+
+// Cluster is the cluster this store serves.
+func (s *Store) Cluster() string { return s.cluster }
+
+// Pool returns the underlying pool, for LISTEN.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Migrate applies the embedded migrations that the database lacks, each in its own transaction, in order.
+func (s *Store) Migrate(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, sqlMigrationsTable); err != nil {
+		return fmt.Errorf("migrate: create the migrations table: %w", err)
+	}
+	entries, err := migrations.ReadDir("migrations")
+	if err != nil {
+		return err
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	for _, e := range entries {
+		version, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migrate: migration file %s does not start with a number", e.Name())
+		}
+		body, err := migrations.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return err
+		}
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, sqlMigrationLock); err != nil {
+				return err
+			}
+			var done bool
+			if err := tx.QueryRow(ctx, sqlMigrationApplied, version).Scan(&done); err != nil || done {
+				return err
+			}
+			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, sqlMigrationRecord, version)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migrate: apply %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Ensure creates a pending, wanted reservation for each run that may be reserved (see blocksNew) and returns
+// the ones it created; runs that have a live reservation, or are over, are left as they are.
+func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]reconcile.Reservation, error) {
+	if len(nrs) == 0 {
+		return nil, nil
+	}
+	n := len(nrs)
+	ids, jobs, runs, texts, pools := make([]uuid.UUID, n), make([]int64, n), make([]int32, n), make([]string, n), make([]string, n)
+	gpus, vram := make([]int32, n), make([]int64, n)
+	users, parts, reasons, states := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, nr := range nrs {
+		if nr.Run.Cluster != s.cluster {
+			return nil, fmt.Errorf("ensure reservation of %s: this store serves cluster %s", nr.Run, s.cluster)
+		}
+		if nr.Request.VRAM > math.MaxInt64 {
+			return nil, fmt.Errorf("ensure reservation of %s: VRAM %d bytes does not fit the database", nr.Run, nr.Request.VRAM)
+		}
+		ids[i], jobs[i], runs[i] = uuid.New(), int64(nr.Run.JobID), int32(nr.Run.Run)
+		texts[i], pools[i], gpus[i], vram[i] = nr.Request.String(), nr.Request.Pool, int32(nr.Request.GPUs), int64(nr.Request.VRAM)
+		users[i], parts[i], reasons[i], states[i] = nr.UserName, nr.Partition, nr.Reason, nr.JobState
+	}
+	created, err := scanAll(s.pool.Query(ctx, sqlEnsure, s.cluster, ids, jobs, runs, texts, pools, gpus, vram, users, parts, reasons, states))
+	if err != nil {
+		return nil, fmt.Errorf("ensure %d reservations: %w", n, err)
+	}
+	return created, nil
+}
+
+// EnsureRun is Ensure for one run; it returns the run's reservation afterwards (the new one, or the one that
+// was there) and whether it was created.
+func (s *Store) EnsureRun(ctx context.Context, nr reconcile.NewReservation) (reconcile.Reservation, bool, error) {
+	created, err := s.Ensure(ctx, []reconcile.NewReservation{nr})
+	if err != nil {
+		return reconcile.Reservation{}, false, err
+	}
+	if len(created) == 1 {
+		return created[0], true, nil
+	}
+	r, err := s.ForRun(ctx, nr.Run)
+	return r, false, err
+}
+
+// Unwant records that a reservation's run no longer wants a session, and why; over says the run itself is over
+// (see Spec.RunOver). It reports whether anything changed. The reconciler hears of it and releases.
+func (s *Store) Unwant(ctx context.Context, id uuid.UUID, reason string, over bool) (bool, error) {
+	tag, err := s.pool.Exec(ctx, sqlUnwant, s.cluster, id, reason, over)
+	if err != nil {
+		return false, fmt.Errorf("unwant reservation %s: %w", id, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// UnwantRun is Unwant for a run's latest reservation; ErrNotFound when the run has none.
+func (s *Store) UnwantRun(ctx context.Context, run reconcile.RunID, reason string, over bool) (bool, error) {
+	var id uuid.UUID
+	err := s.pool.QueryRow(ctx, sqlLatestIDByRun, s.cluster, int64(run.JobID), run.Run).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("unwant %s: %w", run, reconcile.ErrNotFound)
+	}
+	if err != nil {
+		return false, fmt.Errorf("unwant %s: %w", run, err)
+	}
+	return s.Unwant(ctx, id, reason, over)
+}
+
+// ObserveJob records what Slurm says of a reservation's job, when it changed.
+func (s *Store) ObserveJob(ctx context.Context, id uuid.UUID, jobState, jobReason string) error {
+	if _, err := s.pool.Exec(ctx, sqlObserveJob, s.cluster, id, jobState, jobReason); err != nil {
+		return fmt.Errorf("observe the job of reservation %s: %w", id, err)
+	}
+	return nil
+}
+
+// Get returns a reservation, without its sealed session file.
+func (s *Store) Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error) {
+	r, err := scanOne(s.pool.Query(ctx, sqlByID, s.cluster, id))
+	if err != nil {
+		return reconcile.Reservation{}, fmt.Errorf("get reservation %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// Sealed returns a reservation's sealed session file; nil when it has none (not ready, or final).
+func (s *Store) Sealed(ctx context.Context, id uuid.UUID) ([]byte, error) {
+	var b []byte
+	err := s.pool.QueryRow(ctx, sqlSealed, s.cluster, id).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = reconcile.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sealed session of %s: %w", id, err)
+	}
+	return b, nil
+}
+
+// SaveStatus writes r's status (read at r.Status.Version) and the transition t as an event, and announces it. A
+// status changed by someone else since r was read gives ErrConflict; observers' writes never do.
+func (s *Store) SaveStatus(ctx context.Context, r *reconcile.Reservation, t reconcile.Transition) error {
+	st := &r.Status
+	var readyAt *time.Time
+	if !st.ReadyAt.IsZero() {
+		readyAt = &st.ReadyAt
+	}
+	var notified string
+	err := s.pool.QueryRow(ctx, sqlSaveStatus, s.cluster, r.ID, st.Version, st.State, st.Reason, st.FailReason,
+		st.Requested, st.SessionID, st.Sealed, st.AgentAddress, readyAt, string(t.From), string(t.Event), t.Reason).
+		Scan(&st.UpdatedAt, &st.Version, &notified)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = reconcile.ErrConflict
+	}
+	if err != nil {
+		return fmt.Errorf("save reservation %s of %s: %w", r.ID, r.Run, err)
+	}
+	return nil
+}
+
+// LiveRun returns the run's reservation that blocks a new one (see blocksNew): the live one, or the one that
+// failed or ended the run; ErrNotFound when the run may be reserved.
+func (s *Store) LiveRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error) {
+	r, err := scanOne(s.pool.Query(ctx, sqlLiveRun, s.cluster, int64(run.JobID), run.Run))
+	if err != nil {
+		return reconcile.Reservation{}, fmt.Errorf("reservation of %s: %w", run, err)
+	}
+	return r, nil
+}
+
+// ForRun returns the run's live reservation (or the one that ended it), or else its latest.
+func (s *Store) ForRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error) {
+	r, err := scanOne(s.pool.Query(ctx, sqlLiveRun, s.cluster, int64(run.JobID), run.Run))
+	if errors.Is(err, reconcile.ErrNotFound) {
+		r, err = scanOne(s.pool.Query(ctx, sqlLatestRun, s.cluster, int64(run.JobID), run.Run))
+	}
+	if err != nil {
+		return reconcile.Reservation{}, fmt.Errorf("reservation of %s: %w", run, err)
+	}
+	return r, nil
+}
+
+// ForJob returns every reservation of a job, by run and age.
+func (s *Store) ForJob(ctx context.Context, jobID uint32) ([]reconcile.Reservation, error) {
+	rs, err := scanAll(s.pool.Query(ctx, sqlByJob, s.cluster, int64(jobID)))
+	if err != nil {
+		return nil, fmt.Errorf("reservations of job %d: %w", jobID, err)
+	}
+	return rs, nil
+}
+
+// Open lists the reservations that are not final, oldest first.
+func (s *Store) Open(ctx context.Context) ([]reconcile.Reservation, error) {
+	rs, err := scanAll(s.pool.Query(ctx, sqlOpen, s.cluster))
+	if err != nil {
+		return nil, fmt.Errorf("open reservations: %w", err)
+	}
+	return rs, nil
+}
+
+// Done returns the runs of the given jobs that will never be reserved again: their reservation failed, or the run
+// is over.
+func (s *Store) Done(ctx context.Context, jobIDs []uint32) (map[reconcile.RunID]bool, error) {
+	out := map[reconcile.RunID]bool{}
+	if len(jobIDs) == 0 {
+		return out, nil
+	}
+	ids := make([]int64, len(jobIDs))
+	for i, j := range jobIDs {
+		ids[i] = int64(j)
+	}
+	rows, err := s.pool.Query(ctx, sqlDone, s.cluster, ids)
+	if err != nil {
+		return nil, fmt.Errorf("runs that are done: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var job int64
+		var run int
+		if err := rows.Scan(&job, &run); err != nil {
+			return nil, fmt.Errorf("runs that are done: %w", err)
+		}
+		out[reconcile.RunID{Cluster: s.cluster, JobID: uint32(job), Run: run}] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("runs that are done: %w", err)
+	}
+	return out, nil
+}
+
+// Events returns a reservation's history.
+func (s *Store) Events(ctx context.Context, id uuid.UUID) ([]reconcile.Transition, error) {
+	rows, err := s.pool.Query(ctx, sqlEvents, s.cluster, id)
+	if err != nil {
+		return nil, fmt.Errorf("events of %s: %w", id, err)
+	}
+	ts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.Transition, error) {
+		var t reconcile.Transition
+		var ev string
+		err := row.Scan(&t.From, &t.To, &ev, &t.Reason, &t.At)
+		t.Event = reconcile.Event(ev)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("events of %s: %w", id, err)
+	}
+	return ts, nil
+}
+
+// Summary counts the cluster's reservations by pool and state.
+func (s *Store) Summary(ctx context.Context) ([]Count, error) {
+	rows, err := s.pool.Query(ctx, sqlSummary, s.cluster)
+	if err != nil {
+		return nil, fmt.Errorf("summary: %w", err)
+	}
+	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Count, error) {
+		var c Count
+		err := row.Scan(&c.Pool, &c.State, &c.N)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("summary: %w", err)
+	}
+	return cs, nil
+}
+
+// AcquireLease takes or renews the named lease for holder; it reports whether holder has it now.
+func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	var got string
+	err := s.pool.QueryRow(ctx, sqlAcquireLease, name, holder, ttl.Milliseconds()).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("acquire lease %s: %w", name, err)
+	}
+	return got == holder, nil
+}
+
+// ReleaseLease gives the lease up, if holder has it.
+func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
+	if _, err := s.pool.Exec(ctx, sqlReleaseLease, name, holder); err != nil {
+		return fmt.Errorf("release lease %s: %w", name, err)
+	}
+	return nil
+}
+
+// LeaseHolder says who holds the named lease now, for status; "" when nobody does.
+func (s *Store) LeaseHolder(ctx context.Context, name string) (string, time.Time, error) {
+	var holder string
+	var until time.Time
+	err := s.pool.QueryRow(ctx, sqlLeaseHolder, name).Scan(&holder, &until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", time.Time{}, nil
+	}
+	return holder, until, err
+}
+
+func scanOne(rows pgx.Rows, err error) (reconcile.Reservation, error) {
+	rs, err := scanAll(rows, err)
+	if err != nil {
+		return reconcile.Reservation{}, err
+	}
+	if len(rs) == 0 {
+		return reconcile.Reservation{}, reconcile.ErrNotFound
+	}
+	return rs[0], nil
+}
+
+func scanAll(rows pgx.Rows, err error) ([]reconcile.Reservation, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.Reservation, error) {
+		var r reconcile.Reservation
+		var jobID int64
+		var text string
+		var readyAt *time.Time
+		dest := []any{&r.ID, &r.Run.Cluster, &jobID, &r.Run.Run, &text, &r.UserName, &r.Partition, &r.CreatedAt,
+			&r.Spec.Wanted, &r.Spec.WantReason, &r.Spec.RunOver, &r.Spec.JobState, &r.Spec.JobReason,
+			&r.Status.State, &r.Status.Reason, &r.Status.FailReason, &r.Status.Requested, &r.Status.SessionID,
+			&r.Status.AgentAddress, &readyAt, &r.Status.UpdatedAt, &r.Status.Version}
+		if n := len(row.FieldDescriptions()); n > len(dest) {
+			var notified string // the notification column of sqlEnsure
+			dest = append(dest, &notified)
+		}
+		if err := row.Scan(dest...); err != nil {
+			return r, err
+		}
+		r.Run.JobID = uint32(jobID)
+		if readyAt != nil {
+			r.Status.ReadyAt = *readyAt
+		}
+		// A row holds only what Ensure wrote, which was parsed before; a failure here means the row was edited.
+		var err error
+		if r.Request, err = request.Parse(text); err != nil {
+			return r, fmt.Errorf("reservation %s: stored request: %w", r.ID, err)
+		}
+		return r, nil
+	})
+}

@@ -1,0 +1,369 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
+)
+
+// newTestStore gives a test a migrated store of cluster "c" on a fresh database of its own.
+func newTestStore(t *testing.T) *Store {
+	t.Helper()
+	s := New(newPool(t, testbed.NewDatabase(t)), "c")
+	require.NoError(t, s.Migrate(context.Background()))
+	return s
+}
+
+func newPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func ensure(t *testing.T, s *Store, nr reconcile.NewReservation) (reconcile.Reservation, bool) {
+	t.Helper()
+	r, created, err := s.EnsureRun(context.Background(), nr)
+	require.NoError(t, err)
+	return r, created
+}
+
+// move applies an event and saves the status, as the reconciler does.
+func move(t *testing.T, s *Store, r *reconcile.Reservation, ev reconcile.Event, reason string) {
+	t.Helper()
+	tr, err := reconcile.Apply(r, ev, reason, time.Now())
+	require.NoError(t, err)
+	require.NoError(t, s.SaveStatus(context.Background(), r, tr))
+}
+
+func TestStoreLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	require.NoError(t, s.Migrate(ctx), "a second migration is a no-op")
+
+	run := reconcile.RunID{Cluster: "c", JobID: 10}
+	nr := reconcile.NewReservation{Run: run, Request: request.Request{Pool: "p", GPUs: 2}, UserName: "alice",
+		Partition: "debug", Reason: "seen pending"}
+	r, created := ensure(t, s, nr)
+	require.True(t, created)
+	require.Equal(t, reconcile.StatePending, r.Status.State)
+	require.True(t, r.Spec.Wanted)
+	require.Equal(t, request.Request{Pool: "p", GPUs: 2}, r.Request)
+	again, created := ensure(t, s, nr)
+	require.False(t, created)
+	require.Equal(t, r.ID, again.ID)
+
+	move(t, s, &r, reconcile.EventRequest, "asking pool p")
+	// A status write based on an old version loses.
+	stale := again
+	require.ErrorIs(t, s.SaveStatus(ctx, &stale, reconcile.Transition{}), reconcile.ErrConflict)
+
+	r.Status.SessionID = "sess-1"
+	move(t, s, &r, reconcile.EventQueued, "queued")
+	r.Status.Sealed, r.Status.ReadyAt = []byte{1, 2, 3}, time.Now()
+	move(t, s, &r, reconcile.EventActive, "active")
+
+	got, err := s.ForRun(ctx, run)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.StateReady, got.Status.State)
+	require.Nil(t, got.Status.Sealed, "reads leave the sealed file out")
+	require.Equal(t, "sess-1", got.Status.SessionID)
+	require.False(t, got.Status.ReadyAt.IsZero())
+	sealed, err := s.Sealed(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, []byte{1, 2, 3}, sealed)
+
+	// A status write that does not carry the sealed file keeps it.
+	r.Status.Sealed = nil
+	got.Status.Reason = "still there"
+	open, err := s.Open(ctx)
+	require.NoError(t, err)
+	require.Len(t, open, 1)
+
+	changed, err := s.Unwant(ctx, r.ID, "job completed", true)
+	require.NoError(t, err)
+	require.True(t, changed)
+	changed, err = s.Unwant(ctx, r.ID, "said twice", true)
+	require.NoError(t, err)
+	require.False(t, changed, "an observer's repeated write changes nothing")
+	move(t, s, &r, reconcile.EventUnwanted, "job completed")
+	sealed, _ = s.Sealed(ctx, r.ID)
+	require.Equal(t, []byte{1, 2, 3}, sealed, "kept through a status write without it")
+	move(t, s, &r, reconcile.EventClosed, "session cancelled")
+	sealed, _ = s.Sealed(ctx, r.ID)
+	require.Nil(t, sealed, "dropped once final")
+
+	evs, err := s.Events(ctx, r.ID)
+	require.NoError(t, err)
+	var path []reconcile.State
+	for _, e := range evs {
+		path = append(path, e.To)
+	}
+	require.Equal(t, []reconcile.State{reconcile.StatePending, reconcile.StateRequesting, reconcile.StateWaiting,
+		reconcile.StateReady, reconcile.StateReleasing, reconcile.StateReleased}, path)
+	require.Equal(t, "job completed", evs[4].Reason)
+	sum, err := s.Summary(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []Count{{"p", reconcile.StateReleased, 1}}, sum)
+}
+
+// An observer's write never conflicts with a transition, never moves the status version, and never touches
+// the sealed session file (the first version wiped it when the poller recorded a job's state).
+func TestObserverWritesLeaveTheStatusAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	r, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: 5}, Request: request.Request{Pool: "p", GPUs: 1}})
+	move(t, s, &r, reconcile.EventRequest, "asking")
+	r.Status.SessionID = "s"
+	move(t, s, &r, reconcile.EventQueued, "queued")
+	r.Status.Sealed = []byte("sealed session")
+	move(t, s, &r, reconcile.EventActive, "active")
+	version := r.Status.Version
+
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "RUNNING", "None"))
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "RUNNING", "None"))
+	_, err := s.Unwant(ctx, r.ID, "job 5 ended: COMPLETED", true)
+	require.NoError(t, err)
+
+	got, err := s.Get(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, version, got.Status.Version, "observers do not move the status version")
+	require.Equal(t, "RUNNING", got.Spec.JobState)
+	require.False(t, got.Spec.Wanted)
+	require.True(t, got.Spec.RunOver)
+	require.Equal(t, "job 5 ended: COMPLETED", got.Spec.WantReason)
+	sealed, err := s.Sealed(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, []byte("sealed session"), sealed)
+	// The reconciler's write, based on the version it read before the observers wrote, still goes through.
+	move(t, s, &r, reconcile.EventUnwanted, got.Spec.WantReason)
+}
+
+// Many replicas registering the same run at once make exactly one reservation.
+func TestStoreEnsureIsAtomic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	nr := reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: 77, Run: 1}, Request: request.Request{Pool: "p", GPUs: 1}}
+	var wg sync.WaitGroup
+	type result struct {
+		id  uuid.UUID
+		err error
+	}
+	results := make(chan result, 20)
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _, err := s.EnsureRun(ctx, nr)
+			results <- result{r.ID, err}
+		}()
+	}
+	wg.Wait()
+	close(results)
+	seen := map[uuid.UUID]bool{}
+	for r := range results {
+		require.NoError(t, r.err)
+		seen[r.id] = true
+	}
+	require.Len(t, seen, 1)
+}
+
+// Ensure of many runs is one statement; runs that have a live reservation or are done are left alone.
+func TestStoreEnsureMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	nr := func(job uint32) reconcile.NewReservation {
+		return reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: job}, Request: request.Request{Pool: "p", GPUs: 1}}
+	}
+	live, _ := ensure(t, s, nr(1))
+	failed, _ := ensure(t, s, nr(2))
+	move(t, s, &failed, reconcile.EventFail, "never fits")
+	created, err := s.Ensure(ctx, []reconcile.NewReservation{nr(1), nr(2), nr(3), nr(4)})
+	require.NoError(t, err)
+	require.Len(t, created, 2)
+	require.ElementsMatch(t, []uint32{3, 4}, []uint32{created[0].Run.JobID, created[1].Run.JobID})
+	done, err := s.Done(ctx, []uint32{1, 2, 3, 4, 5})
+	require.NoError(t, err)
+	require.Equal(t, map[reconcile.RunID]bool{failed.Run: true}, done)
+	_ = live
+	_, err = s.Ensure(ctx, []reconcile.NewReservation{{Run: reconcile.RunID{Cluster: "other", JobID: 9}}})
+	require.ErrorContains(t, err, "serves cluster c")
+}
+
+// A run that is over never gets another reservation; one let go while its job was held does.
+func TestStoreRunOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	held := reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: 1}, Request: request.Request{Pool: "p", GPUs: 1}}
+	r, _ := ensure(t, s, held)
+	_, err := s.Unwant(ctx, r.ID, "job 1 is held", false)
+	require.NoError(t, err)
+	move(t, s, &r, reconcile.EventUnwanted, "job 1 is held")
+	again, created := ensure(t, s, held)
+	require.True(t, created, "a run released while held is reserved again")
+
+	// Over: the epilog names the run, and the run's latest reservation records it.
+	_, err = s.UnwantRun(ctx, held.Run, "job 1 run 0 finished", true)
+	require.NoError(t, err)
+	again, err = s.Get(ctx, again.ID)
+	require.NoError(t, err)
+	move(t, s, &again, reconcile.EventUnwanted, again.Spec.WantReason)
+	last, created := ensure(t, s, held)
+	require.False(t, created, "a run that is over is never reserved again")
+	require.Equal(t, again.ID, last.ID)
+	require.True(t, last.Spec.RunOver)
+	first, err := s.Get(ctx, r.ID)
+	require.NoError(t, err)
+	require.False(t, first.Spec.RunOver, "only the run's latest reservation records it")
+	_, err = s.UnwantRun(ctx, reconcile.RunID{Cluster: "c", JobID: 404}, "x", true)
+	require.ErrorIs(t, err, reconcile.ErrNotFound)
+}
+
+// The one answer to "may this run be reserved again?" (blocksNew) is the predicate of the partial unique index
+// that enforces it: PostgreSQL prints both the same way.
+func TestBlocksNewIsTheIndexPredicate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	var index string
+	require.NoError(t, s.pool.QueryRow(ctx, sqlIndexPredicate).Scan(&index))
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `CREATE INDEX juice_scratch ON juice_reservations (cluster) WHERE `+blocksNew)
+	require.NoError(t, err)
+	var ours string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_get_expr(indpred, indrelid) FROM pg_index
+		WHERE indexrelid = 'juice_scratch'::regclass`).Scan(&ours))
+	require.Equal(t, index, ours)
+}
+
+// Two clusters on one database: each store sees and changes only its own cluster's rows.
+func TestStoresOfTwoClustersShareADatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t, testbed.NewDatabase(t))
+	a, b := New(pool, "a"), New(pool, "b")
+	require.NoError(t, a.Migrate(ctx))
+	req := request.Request{Pool: "p", GPUs: 1}
+	ra, _, err := a.EnsureRun(ctx, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "a", JobID: 1}, Request: req})
+	require.NoError(t, err)
+	rb, _, err := b.EnsureRun(ctx, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "b", JobID: 1}, Request: req})
+	require.NoError(t, err)
+	require.NotEqual(t, ra.ID, rb.ID, "the same job id in two clusters is two runs")
+
+	for _, c := range []struct {
+		s     *Store
+		mine  uuid.UUID
+		other uuid.UUID
+	}{{a, ra.ID, rb.ID}, {b, rb.ID, ra.ID}} {
+		open, err := c.s.Open(ctx)
+		require.NoError(t, err)
+		require.Len(t, open, 1)
+		require.Equal(t, c.mine, open[0].ID)
+		_, err = c.s.Get(ctx, c.other)
+		require.ErrorIs(t, err, reconcile.ErrNotFound)
+		changed, err := c.s.Unwant(ctx, c.other, "not mine", true)
+		require.NoError(t, err)
+		require.False(t, changed)
+		_, err = c.s.Sealed(ctx, c.other)
+		require.True(t, errors.Is(err, reconcile.ErrNotFound))
+		sum, err := c.s.Summary(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []Count{{"p", reconcile.StatePending, 1}}, sum)
+		jobs, err := c.s.ForJob(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, jobs, 1)
+	}
+	other := rb
+	require.ErrorIs(t, a.SaveStatus(ctx, &other, reconcile.Transition{}), reconcile.ErrConflict)
+}
+
+func TestStoreLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	ok, err := s.AcquireLease(ctx, "leader", "a", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = s.AcquireLease(ctx, "leader", "b", time.Second)
+	require.NoError(t, err)
+	require.False(t, ok, "b must not take a lease a holds")
+	ok, err = s.AcquireLease(ctx, "leader", "a", 200*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, ok, "a renews")
+	holder, _, err := s.LeaseHolder(ctx, "leader")
+	require.NoError(t, err)
+	require.Equal(t, "a", holder)
+	time.Sleep(300 * time.Millisecond)
+	ok, err = s.AcquireLease(ctx, "leader", "b", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok, "b takes an expired lease")
+	require.NoError(t, s.ReleaseLease(ctx, "leader", "a"), "releasing a lease one does not hold changes nothing")
+	holder, _, _ = s.LeaseHolder(ctx, "leader")
+	require.Equal(t, "b", holder)
+	require.NoError(t, s.ReleaseLease(ctx, "leader", "b"))
+	holder, _, _ = s.LeaseHolder(ctx, "leader")
+	require.Equal(t, "", holder)
+}
+
+func TestParseNotification(t *testing.T) {
+	id := uuid.New()
+	n, ok := ParseNotification("c1 " + id.String() + " status ready")
+	require.True(t, ok)
+	require.Equal(t, Notification{Cluster: "c1", ID: id, Kind: KindStatus, State: reconcile.StateReady}, n)
+	n, ok = ParseNotification("c1 " + id.String() + " spec")
+	require.True(t, ok)
+	require.Equal(t, Notification{Cluster: "c1", ID: id, Kind: KindSpec}, n)
+	for _, bad := range []string{"", "c1", "c1 not-a-uuid status", "c1 " + id.String(), "c1 " + id.String() + " status ready x"} {
+		_, ok := ParseNotification(bad)
+		require.False(t, ok, bad)
+	}
+}
+
+// Every write announces itself, with the kind that says who must look.
+func TestWritesAreAnnounced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	conn, err := s.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "LISTEN "+NotifyChannel)
+	require.NoError(t, err)
+	next := func() Notification {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		raw, err := conn.Conn().WaitForNotification(wctx)
+		require.NoError(t, err)
+		n, ok := ParseNotification(raw.Payload)
+		require.True(t, ok, raw.Payload)
+		return n
+	}
+	r, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: 1}, Request: request.Request{Pool: "p", GPUs: 1}})
+	require.Equal(t, Notification{Cluster: "c", ID: r.ID, Kind: KindCreated}, next())
+	move(t, s, &r, reconcile.EventRequest, "asking")
+	require.Equal(t, Notification{Cluster: "c", ID: r.ID, Kind: KindStatus, State: reconcile.StateRequesting}, next())
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "RUNNING", "None"))
+	require.Equal(t, Notification{Cluster: "c", ID: r.ID, Kind: KindObserved}, next())
+	_, err = s.Unwant(ctx, r.ID, "ended", true)
+	require.NoError(t, err)
+	require.Equal(t, Notification{Cluster: "c", ID: r.ID, Kind: KindSpec}, next())
+}
