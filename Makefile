@@ -9,6 +9,10 @@ LDFLAGS := -X main.Version=$(VERSION)
 STATICCHECK_VERSION := v0.8.2
 # Integration tests that talk to the test bed read its env file; see test/testbed/testbed.go.
 export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
+# The test bed's Slurm cluster is one per machine: whatever wires it and runs jobs on it holds this lock, so two
+# checkouts never test each other's plugin and hooks.
+HOST_LOCK := /var/tmp/juice-testbed/host.lock
+ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock $(HOST_LOCK)
 
 .PHONY: all build go-build spank test unit test-go test-smoke test-spank test-e2e test-compat testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \
@@ -37,6 +41,7 @@ test: testbed-up build lint test-spank test-go test-smoke test-e2e chaos-short t
 
 test-spank:
 	$(MAKE) -C spank test
+	$(MAKE) -C spank fuzz-smoke
 
 test-go:
 	$(GO) test -race -count=1 -timeout 15m ./...
@@ -45,8 +50,8 @@ test-go:
 test-smoke:
 	$(GO) test -count=1 -tags smoke ./test/smoke/
 
-test-e2e: testbed-wire
-	$(GO) test -race -count=1 -timeout 20m -tags e2e ./test/e2e/...
+test-e2e: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) test -race -count=1 -timeout 20m -tags e2e ./test/e2e/...'
 
 test-compat:
 	bash test/chroot/test-compat.sh
@@ -55,13 +60,13 @@ testbed-up:
 	bash test/testbed.sh up
 
 testbed-wire: build
-	bash test/testbed.sh wire
+	$(ON_HOST) bash test/testbed.sh wire
 
 testbed-down:
 	bash test/testbed.sh down
 
 demo:
-	bash test/demo.sh
+	$(ON_HOST) bash test/demo.sh
 
 # The legacy open-source Juice controller as a second counterparty, with JWT validation on, our issuer and our
 # agent emulator (test/juicelegacy/README.md). Needs the test bed's PostgreSQL (JUICE_LEGACY_PG_URL to override);
@@ -79,14 +84,14 @@ test-juice-legacy-smoke:
 test-juice-legacy-loss:
 	JUICE_LEGACY_LOSS=1 $(GO) test -count=1 -tags legacy -v -run '^TestLegacyAgentLoss$$' ./test/juicelegacy/
 
-bench: testbed-wire
-	bash test/bench.sh
+bench: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/bench.sh'
 
-chaos: testbed-wire
-	go run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s -out test/results/chaos.md
+chaos: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s -out test/results/chaos.md'
 
-chaos-short: testbed-wire
-	go run ./test/chaos -jobs 60 -kills 4 -rest-outage 15s
+chaos-short: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -jobs 60 -kills 4 -rest-outage 15s'
 
 FUZZTIME ?= 30s
 fuzz:

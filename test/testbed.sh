@@ -83,6 +83,9 @@ install_packages() {
 	# For the SPANK plugin's unit tests: Lua for job_submit.lua, Python's cryptography for independent vectors.
 	command -v lua5.1 >/dev/null || need+=(lua5.1)
 	/usr/bin/python3 -c 'import cryptography' 2>/dev/null || need+=(python3-cryptography)
+	# For the plugin's libFuzzer targets (make -C spank fuzz-smoke): clang with its sanitizer runtimes.
+	command -v clang >/dev/null || need+=(clang)
+	compgen -G '/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a' >/dev/null || need+=(libclang-rt-14-dev)
 	((${#need[@]})) || return 0
 	log "installing from Debian's packages: ${need[*]}"
 	# Postinst scripts would start the daemons themselves (without our config); policy-rc.d tells them not to.
