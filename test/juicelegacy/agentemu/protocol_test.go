@@ -228,12 +228,18 @@ func TestProtocolRegisterUpdateLifecycle(t *testing.T) {
 	if st := a.Status(); len(st.Sessions) != 0 || len(st.Closed) != 1 || st.State != StateRunning {
 		t.Errorf("status after close %+v", st)
 	}
+	// An update's events are recorded once its PUT has returned, which is after the controller saw it.
 	var got []string
-	for _, ev := range e.Events(0) {
-		if ev.Session == "s1" {
-			got = append(got, ev.Kind)
+	events := func() []string {
+		got = got[:0]
+		for _, ev := range e.Events(0) {
+			if ev.Session == "s1" {
+				got = append(got, ev.Kind)
+			}
 		}
+		return got
 	}
+	waitFor(t, "the closed report's event", func() bool { return len(events()) >= 4 })
 	want := []string{EventAssigned, EventActive, EventCanceling, EventClosedReport}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("events %v, want %v", got, want)
