@@ -1,47 +1,92 @@
 #!/usr/bin/env bash
-# slurm-chroot.sh up|down|status|destroy SUITE
+# slurm-chroot.sh up|wire|unwire|down|status|destroy SUITE
 #
-# A Slurm test bed inside a debootstrap chroot, used to test the slurmrest client against newer Slurm
-# releases than the host's:
-#   trixie -> Slurm 24.11 (REST v0.0.40..v0.0.42), ports 7817/7818/7820
-#   sid    -> Slurm 26.05 (REST v0.0.42..v0.0.45), ports 8817/8818/8820
+# A whole Slurm cluster inside a debootstrap chroot, for running juice-slurm against newer Slurm releases than the
+# host's:
+#   trixie -> Slurm 24.11 (REST v0.0.40..v0.0.42), slurmctld 7817, slurmd 7818 + 7819, slurmrestd 7820, hook 7271
+#   sid    -> Slurm 26.05 (REST v0.0.42..v0.0.45), slurmctld 8817, slurmd 8818 + 8819, slurmrestd 8820, hook 7371
 #
-# `up` is idempotent: it builds the chroot once (about 80 s, 500 MB) and keeps it, (re)starts the daemons
-# when they are not running and writes $ROOT/env (KEY=VALUE lines, same keys as the main test bed's env).
-# `down` stops the chroot's daemons by pid (only processes whose root is this chroot) and unmounts.
-# `destroy` = down + delete the chroot, refused while anything is still mounted inside it.
+# up      (idempotent) builds the chroot once (kept), mounts proc/sys/dev/dev/pts, starts munged, slurmctld, two
+#         slurmds (nodes juiceSUITE1 and juiceSUITE2, each in its own UTS namespace so `hostname` in a job names
+#         its node), slurmrestd, writes a token and $ROOT/env. With JUICE_TESTBED_TOKEN_LIFESPAN=SECONDS the
+#         token is short-lived and renewed in the background every JUICE_TESTBED_TOKEN_RENEW seconds (default a
+#         third of the lifespan) by deploy/juice-slurm-token-renew.
+# wire    (after up; idempotent) builds the SPANK plugin inside the chroot against its own spank.h, installs it
+#         through plugstack.conf.d, job_submit.lua (JobSubmitPlugins=lua), the prolog/epilog hooks pointing at a
+#         controller on 127.0.0.1:$JUICE_CHROOT_HOOK_PORT, a static juice-slurm binary, the cluster key, the hook
+#         secret and the sessions directory; restarts slurmctld and the slurmds. Stays wired across down/up.
+# unwire  takes the plugin and the hooks out again (keys and binaries stay).
+# down    stops what up started (by pid: only processes whose root is this chroot) and unmounts.
+# destroy down + delete the chroot, refused while anything is still mounted inside it.
 #
 # The daemons share user names (and possibly uids) with the host's Slurm: never stop anything by name.
 set -euo pipefail
 
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
 BASE=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
 
-usage() { echo "usage: $0 up|down|status|destroy trixie|sid" >&2; exit 2; }
+usage() { echo "usage: $0 up|wire|unwire|down|status|destroy trixie|sid" >&2; exit 2; }
 [ $# -eq 2 ] || usage
 CMD=$1 SUITE=$2
 
 case "$SUITE" in
-trixie) PORT_BASE=7800 NODE=juicetrixie1 ;;
-sid) PORT_BASE=8800 NODE=juicesid1 ;;
+trixie) PORT_BASE=7800 HOOK_PORT_DEFAULT=7271 ;;
+sid) PORT_BASE=8800 HOOK_PORT_DEFAULT=7371 ;;
 *) usage ;;
 esac
-CTLD_PORT=$((PORT_BASE + 17)) SLURMD_PORT=$((PORT_BASE + 18)) REST_PORT=$((PORT_BASE + 20))
+CTLD_PORT=$((PORT_BASE + 17)) REST_PORT=$((PORT_BASE + 20))
+NODES=(juice${SUITE}1 juice${SUITE}2)
+declare -A NODE_PORT=([${NODES[0]}]=$((PORT_BASE + 18)) [${NODES[1]}]=$((PORT_BASE + 19)))
+HOOK_PORT=${JUICE_CHROOT_HOOK_PORT:-$HOOK_PORT_DEFAULT}
 ROOT=$BASE/chroot-$SUITE
-RUNDIR=$ROOT/juice-run # pid files and logs of the daemons we started (host paths)
+RUNDIR=$ROOT/juice-run # pid files and logs of what we started (host paths; /juice-run inside)
 ENVFILE=$ROOT/env
 CLUSTER=juice$SUITE
 PARTITION=debug
-REST_USER=juice        # the user the REST requests are made as (X-SLURM-USER-NAME); not SlurmUser:
-                       # 24.11+ slurmrestd rejects SlurmUser's and root's tokens
-RESTD_USER=juicerestd  # the uid slurmrestd runs as
-PACKAGES="slurmctld slurmd slurm-client slurmrestd munge libslurm-dev gcc"
+# The user the REST requests are made as (X-SLURM-USER-NAME) and whose token the env file holds: SlurmUser, which
+# may list every job and update anybody's (test/chroot/README.md, "Tokens").
+REST_USER=slurm
+RESTD_USER=juicerestd # the uid slurmrestd runs as (it refuses root and SlurmUser)
+JOB_USER=juice        # an ordinary user for jobs
+OTHER_USER=juiceother # a second ordinary user (jobs of "another user")
+# What an `up` needs, and what `wire` needs besides: job_submit/lua is in slurm-wlm-basic-plugins and loads Lua 5.1
+# (liblua5.1-0); building the plugin needs make, the C library headers and libcrypto's.
+PACKAGES="slurmctld slurmd slurm-client slurmrestd slurm-wlm-basic-plugins liblua5.1-0 munge libslurm-dev gcc make libc6-dev libssl-dev"
+CPATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-log() { echo "[slurm-chroot $SUITE] $*" >&2; }
+# Inside the chroot (paths as the daemons see them).
+JUICE_LIB=/usr/local/lib/juice-slurm
+JUICE_ETC=/etc/juice-slurm
+JUICE_SESSIONS=/var/spool/juice-slurm/sessions
+JUICE_LOGDIR=/var/log/juice-slurm
+SPANK_SRC=/usr/local/src/juice-spank
+PLUGSTACK_ENTRY=/etc/slurm/plugstack.conf.d/juice.conf
+WIRING_CONF=/etc/slurm/juice-wiring.conf
+TOKEN=/token # the REST token; $ROOT/token on the host
+
+log() { printf '[slurm-chroot %s %s] %s\n' "$SUITE" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "must run as root"
+cd / # daemons inherit the working directory: one that never goes away
 
-in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 HOME=/root "$@"; }
+in_root() { chroot "$ROOT" /usr/bin/env -i PATH=$CPATH LANG=C.UTF-8 HOME=/root "$@"; }
+
+# run_long WHAT LOGFILE COMMAND...: a long command with a line every 10 s while it runs.
+run_long() {
+	local what=$1 logf=$2 pid t0=$SECONDS rc=0
+	shift 2
+	"$@" >>"$logf" 2>&1 &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		sleep 1
+		if kill -0 "$pid" 2>/dev/null && [ $(((SECONDS - t0) % 10)) -eq 0 ]; then log "still $what ($((SECONDS - t0)) s)"; fi
+	done
+	wait "$pid" || rc=$?
+	[ $rc -eq 0 ] || { tail -15 "$logf" >&2; die "$what failed (exit $rc), see $logf"; }
+	log "$what: done in $((SECONDS - t0)) s"
+}
 
 # ---- mounts ---------------------------------------------------------------------------------------
 MOUNTS="proc sys dev dev/pts" # mount order; unmounted in reverse
@@ -69,6 +114,12 @@ mount_all() {
 
 umount_all() {
 	local m
+	# Anything else mounted inside (by hand, e.g. an NFS trial) first, deepest first.
+	for m in $(awk -v p="$ROOT/" 'index($2, p) == 1 { print $2 }' /proc/mounts | sort -r); do
+		case $m in "$ROOT/proc" | "$ROOT/sys" | "$ROOT/dev" | "$ROOT/dev/pts") continue ;; esac
+		log "unmounting $m"
+		umount "$m" 2>/dev/null || umount -l "$m"
+	done
 	for m in dev/pts dev sys proc; do
 		if is_mounted "$ROOT/$m"; then
 			umount "$ROOT/$m" 2>/dev/null || umount -l "$ROOT/$m"
@@ -96,38 +147,51 @@ daemon_running() { # name
 	[ -f "$f" ] && pid_in_root "$(cat "$f")"
 }
 
-start_daemon() { # name, command... (run inside the chroot, kept in the foreground, our pid file)
-	local name=$1
-	shift
+# start_daemon NAME UTS_HOSTNAME COMMAND...: run COMMAND inside the chroot in the foreground of its own session,
+# its pid in our pid file; with a UTS_HOSTNAME, in a UTS namespace of its own with that host name.
+start_daemon() {
+	local name=$1 uts=$2
+	shift 2
 	if daemon_running "$name"; then
 		log "$name already running (pid $(cat "$RUNDIR/$name.pid"))"
 		return
 	fi
 	log "starting $name"
-	setsid chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@" \
-		>"$RUNDIR/$name.log" 2>&1 </dev/null &
+	if [ -n "$uts" ]; then
+		# unshare and sh exec: the pid stays the one we record.
+		setsid unshare --uts /bin/sh -c 'hostname "$1" && shift && exec "$@"' sh "$uts" \
+			chroot "$ROOT" /usr/bin/env -i PATH=$CPATH LANG=C.UTF-8 "$@" >"$RUNDIR/$name.log" 2>&1 </dev/null &
+	else
+		setsid chroot "$ROOT" /usr/bin/env -i PATH=$CPATH LANG=C.UTF-8 "$@" >"$RUNDIR/$name.log" 2>&1 </dev/null &
+	fi
 	echo $! >"$RUNDIR/$name.pid"
 }
 
+stop_daemon() { # name
+	local name=$1 p i
+	if daemon_running "$name"; then
+		p=$(cat "$RUNDIR/$name.pid")
+		log "stopping $name (pid $p)"
+		kill -TERM "$p" 2>/dev/null || true
+		for i in $(seq 1 100); do pid_in_root "$p" || break; sleep 0.1; done
+		if pid_in_root "$p"; then kill -KILL "$p" 2>/dev/null || true; fi
+	fi
+	rm -f "$RUNDIR/$name.pid"
+}
+
+slurmd_names() { local n; for n in "${NODES[@]}"; do echo "slurmd-$n"; done; }
+
 stop_all() {
-	local pids p i
+	local pids p n
+	stop_renew
 	# Our daemons first (by their pid files), then anything else still living in the chroot (job steps).
-	for name in slurmrestd slurmd slurmctld munged; do
-		if daemon_running "$name"; then
-			p=$(cat "$RUNDIR/$name.pid")
-			log "stopping $name (pid $p)"
-			kill -TERM "$p" 2>/dev/null || true
-			for i in $(seq 1 50); do pid_in_root "$p" || break; sleep 0.1; done
-			pid_in_root "$p" && kill -KILL "$p" 2>/dev/null || true
-		fi
-		rm -f "$RUNDIR/$name.pid"
-	done
+	for n in slurmrestd $(slurmd_names) slurmd slurmctld munged; do stop_daemon "$n"; done
 	pids=$(chroot_pids)
 	if [ -n "$pids" ]; then
 		log "stopping left-over processes in the chroot: $(echo $pids)"
-		for p in $pids; do pid_in_root "$p" && kill -TERM "$p" 2>/dev/null || true; done
+		for p in $pids; do if pid_in_root "$p"; then kill -TERM "$p" 2>/dev/null || true; fi; done
 		sleep 1
-		for p in $(chroot_pids); do pid_in_root "$p" && kill -KILL "$p" 2>/dev/null || true; done
+		for p in $(chroot_pids); do if pid_in_root "$p"; then kill -KILL "$p" 2>/dev/null || true; fi; done
 	fi
 }
 
@@ -148,28 +212,27 @@ host_mirror() {
 }
 
 build() {
-	if [ -f "$ROOT/.juice-built" ]; then
-		return
-	fi
-	if ! command -v debootstrap >/dev/null; then
-		log "installing debootstrap on the host"
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-	fi
-	local mirror
-	mirror=$(host_mirror)
-	if [ -d "$ROOT" ] && [ ! -f "$ROOT/.juice-debootstrapped" ]; then
-		any_mount_inside && die "a half-built $ROOT has mounts inside; run '$0 down $SUITE' first"
-		log "removing a half-built chroot"
-		rm -rf --one-file-system "$ROOT"
-	fi
 	if [ ! -f "$ROOT/.juice-debootstrapped" ]; then
-		log "debootstrap --variant=minbase $SUITE (about 50 s)"
+		if ! command -v debootstrap >/dev/null; then
+			log "installing debootstrap on the host"
+			apt-get update -qq
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+		fi
+		local mirror
+		mirror=$(host_mirror)
+		if [ -d "$ROOT" ]; then
+			any_mount_inside && die "a half-built $ROOT has mounts inside; run '$0 down $SUITE' first"
+			log "removing a half-built chroot"
+			rm -rf --one-file-system "$ROOT"
+		fi
 		mkdir -p "$BASE"
-		debootstrap --variant=minbase "$SUITE" "$ROOT" "$mirror" >"$BASE/debootstrap-$SUITE.log" 2>&1 ||
-			die "debootstrap failed, see $BASE/debootstrap-$SUITE.log"
+		: >"$BASE/debootstrap-$SUITE.log"
+		log "debootstrap --variant=minbase $SUITE (about 20-50 s)"
+		run_long "debootstrapping $SUITE" "$BASE/debootstrap-$SUITE.log" debootstrap --variant=minbase "$SUITE" "$ROOT" "$mirror"
 		touch "$ROOT/.juice-debootstrapped"
 	fi
+	# The packages, installed again whenever the list changed (older chroots lack the wiring's packages).
+	[ -f "$ROOT/.juice-built" ] && [ "$(cat "$ROOT/.juice-built")" = "$PACKAGES" ] && return
 	# The mirror is a frozen snapshot: its Release files have expired.
 	printf 'Acquire::Check-Valid-Until "false";\nAcquire::Check-Date "false";\n' >"$ROOT/etc/apt/apt.conf.d/99juice-snapshot"
 	printf 'APT::Install-Recommends "false";\n' >"$ROOT/etc/apt/apt.conf.d/99juice-norecommends"
@@ -178,27 +241,47 @@ build() {
 	chmod 755 "$ROOT/usr/sbin/policy-rc.d"
 	cp /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
 	mount_all
-	log "installing $PACKAGES (about 30 s)"
-	in_root apt-get update -qq >"$BASE/apt-$SUITE.log" 2>&1 || die "apt-get update failed, see $BASE/apt-$SUITE.log"
-	local pkgs=$PACKAGES
+	local pkgs=$PACKAGES alog=$BASE/apt-$SUITE.log
+	: >"$alog"
+	run_long "updating the package lists" "$alog" in_root apt-get update -qq
+	# Nothing depends on the JWT plugin: name it.
 	if in_root apt-cache show slurm-wlm-jwt-plugin >/dev/null 2>&1; then
 		pkgs="$pkgs slurm-wlm-jwt-plugin"
 	fi
-	in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >>"$BASE/apt-$SUITE.log" 2>&1 ||
-		die "apt-get install failed, see $BASE/apt-$SUITE.log"
+	log "installing $pkgs (about 20-30 s)"
+	run_long "installing packages" "$alog" in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs
 	in_root apt-get clean
-	touch "$ROOT/.juice-built"
+	echo "$PACKAGES" >"$ROOT/.juice-built"
 	log "chroot built: $(du -sh --one-file-system "$ROOT" | cut -f1)"
 }
 
 # ---- configuration --------------------------------------------------------------------------------
+ensure_user() { # name [system]
+	in_root getent passwd "$1" >/dev/null && return
+	if [ "${2:-}" = system ]; then
+		in_root useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$1"
+	else
+		in_root useradd --create-home --shell /bin/sh "$1"
+	fi
+}
+
+# install_if_changed SRC DST: replace DST by SRC when they differ; status 0 when it changed.
+install_if_changed() {
+	if cmp -s "$1" "$2"; then
+		rm -f "$1"
+		return 1
+	fi
+	mv "$1" "$2"
+}
+
+CONFIG_CHANGED=0
+
 configure() {
 	mkdir -p "$RUNDIR"
-	local etc=$ROOT/etc/slurm
-	mkdir -p "$etc"
-	for d in /var/lib/slurm/slurmctld /var/lib/slurm/slurmd /var/log/slurm /run/munge /var/log/munge; do
-		mkdir -p "$ROOT$d"
-	done
+	local etc=$ROOT/etc/slurm d n
+	mkdir -p "$etc" "$etc/plugstack.conf.d"
+	for d in /var/lib/slurm/slurmctld /var/log/slurm /run/munge /var/log/munge; do mkdir -p "$ROOT$d"; done
+	for n in "${NODES[@]}"; do mkdir -p "$ROOT/var/lib/slurm/slurmd/$n"; done
 	in_root chown -R slurm:slurm /var/lib/slurm /var/log/slurm
 	in_root chown munge:munge /run/munge /var/log/munge
 	if [ ! -s "$ROOT/etc/munge/munge.key" ]; then
@@ -208,136 +291,394 @@ configure() {
 		head -c 32 /dev/urandom >"$etc/jwt.key"
 	fi
 	in_root chown slurm:slurm /etc/slurm/jwt.key
-	if ! in_root getent passwd $REST_USER >/dev/null; then
-		in_root useradd --create-home --shell /bin/sh $REST_USER
-	fi
-	# slurmrestd refuses root and (since 23.x) SlurmUser: it runs as its own unprivileged user.
-	if ! in_root getent passwd $RESTD_USER >/dev/null; then
-		in_root useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin $RESTD_USER
-	fi
 	chmod 600 "$etc/jwt.key"
+	ensure_user $JOB_USER
+	ensure_user $OTHER_USER
+	ensure_user $RESTD_USER system
+	# Node names resolve to loopback inside the chroot (the daemons use NodeAddr; this is for people and tools).
+	printf '127.0.0.1 localhost\n127.0.0.1 %s %s\n' "$(hostname -s)" "${NODES[*]}" >"$ROOT/etc/hosts"
+	[ -e "$etc/plugstack.conf" ] || echo "include /etc/slurm/plugstack.conf.d/*.conf" >"$etc/plugstack.conf"
+	[ -e "$ROOT$WIRING_CONF" ] || echo "# juice-slurm wiring: written by test/chroot/slurm-chroot.sh wire" >"$ROOT$WIRING_CONF"
+	install_run_as
 
-	# slurmd -C prints this machine's node line; keep the hardware words, set our own name and memory.
-	local hw mem
+	# slurmd -C prints this machine's node line; keep the hardware words, set our own name, port and memory.
+	local hw mem nodelines=""
 	hw=$(in_root slurmd -C 2>/dev/null | head -n1 | tr ' ' '\n' | grep -E '^(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=' | tr '\n' ' ')
 	mem=$(awk '/^MemTotal:/ { printf "%d", $2 / 1024 * 0.9 }' /proc/meminfo)
-	cat >"$etc/slurm.conf" <<EOF
-# Generated by test/chroot/slurm-chroot.sh for the $SUITE test bed.
+	for n in "${NODES[@]}"; do
+		nodelines+="NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$n Port=${NODE_PORT[$n]} ${hw}RealMemory=$mem State=UNKNOWN"$'\n'
+	done
+	cat >"$etc/slurm.conf.new" <<EOF
+# Generated by test/chroot/slurm-chroot.sh for the $SUITE test bed: two nodes on loopback, one port each.
 ClusterName=$CLUSTER
 SlurmctldHost=$(hostname -s)(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
-SlurmdPort=$SLURMD_PORT
 SlurmUser=slurm
 AuthType=auth/munge
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=/etc/slurm/jwt.key
 StateSaveLocation=/var/lib/slurm/slurmctld
-SlurmdSpoolDir=/var/lib/slurm/slurmd
+# Several slurmds on one host: %n is the node name (slurmd -N).
+SlurmdSpoolDir=/var/lib/slurm/slurmd/%n
 SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
+SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmdLogFile=/var/log/slurm/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
 MailProg=/bin/true
 SchedulerParameters=sched_interval=2
 ReturnToService=2
-NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$(hostname -s) ${hw}RealMemory=$mem State=UNKNOWN
-PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+MinJobAge=300
+KillWait=5
+# Slow prologs: slurmctld waits for ever unless this is set; the juice prolog's own wait is shorter.
+PrologEpilogTimeout=300
+Include $WIRING_CONF
+${nodelines}PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
-	printf 'CgroupPlugin=disabled\n' >"$etc/cgroup.conf"
+	printf 'CgroupPlugin=disabled\n' >"$etc/cgroup.conf.new"
+	install_if_changed "$etc/slurm.conf.new" "$etc/slurm.conf" && CONFIG_CHANGED=1
+	install_if_changed "$etc/cgroup.conf.new" "$etc/cgroup.conf" && CONFIG_CHANGED=1
+	return 0
+}
+
+# /usr/local/lib/juice-slurm/juice-run-as USER COMMAND...: the env file's command prefix. Runs COMMAND inside the
+# chroot as USER, in USER's home directory, with a clean environment (no SLURM_JWT can leak in from the caller).
+install_run_as() {
+	mkdir -p "$ROOT$JUICE_LIB"
+	cat >"$ROOT$JUICE_LIB/.juice-run-as.new" <<'EOF'
+#!/bin/sh
+# juice-run-as USER COMMAND [ARG...]: run COMMAND as USER in USER's home directory with a clean environment.
+# Written by test/chroot/slurm-chroot.sh.
+[ $# -ge 2 ] || { echo "usage: juice-run-as USER COMMAND [ARG...]" >&2; exit 2; }
+u=$1
+shift
+ent=$(getent passwd "$u") || { echo "juice-run-as: no user $u" >&2; exit 2; }
+home=$(echo "$ent" | cut -d: -f6)
+[ -d "$home" ] || home=/tmp
+cd "$home" || exit 2
+P=/usr/sbin:/usr/bin:/sbin:/bin
+if [ "$(id -u "$u")" = 0 ]; then
+	exec /usr/bin/env -i PATH=$P LANG=C.UTF-8 HOME="$home" USER="$u" LOGNAME="$u" "$@"
+fi
+exec /usr/bin/setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups \
+	/usr/bin/env -i PATH=$P LANG=C.UTF-8 HOME="$home" USER="$u" LOGNAME="$u" "$@"
+EOF
+	chmod 755 "$ROOT$JUICE_LIB/.juice-run-as.new"
+	mv "$ROOT$JUICE_LIB/.juice-run-as.new" "$ROOT$JUICE_LIB/juice-run-as"
 }
 
 # ---- start and wait -------------------------------------------------------------------------------
 rest_versions() {
 	case "$SUITE" in
-	trixie) echo "openapi/slurmctld" ;;
+	trixie) echo "openapi/slurmctld" ;; # without slurmdbd, 24.11 must not load openapi/slurmdbd
 	sid) echo "" ;;
 	esac
 }
 
 wait_for() { # description, seconds, command...
-	local what=$1 secs=$2 i
+	local what=$1 secs=$2 t0=$SECONDS next=5
 	shift 2
-	for i in $(seq 1 $((secs * 2))); do
-		if "$@" >/dev/null 2>&1; then
-			log "$what: ready"
-			return 0
+	until "$@" >/dev/null 2>&1; do
+		((SECONDS - t0 >= secs)) && die "$what not ready after $secs s (logs in $RUNDIR and $ROOT/var/log/slurm)"
+		if ((SECONDS - t0 >= next)); then
+			log "still waiting for $what ($((SECONDS - t0)) s)"
+			next=$((next + 5))
 		fi
-		[ $((i % 10)) -eq 0 ] && log "waiting for $what ($((i / 2)) s)"
-		sleep 0.5
+		sleep 0.3
 	done
-	die "$what not ready after $secs s (logs in $RUNDIR and $ROOT/var/log/slurm)"
+	log "$what: ready"
 }
 
-node_idle() { in_root sinfo -h -n "$NODE" -o %t | grep -Eq '^(idle|mix|alloc)'; }
+nodes_ready() { # every slurmd we started says it started, and every node is idle, mixed or allocated
+	local out n
+	for n in "${NODES[@]}"; do
+		grep -q 'slurmd started on' "$RUNDIR/slurmd-$n.log" 2>/dev/null || return 1
+	done
+	out=$(in_root sinfo -h -N -o '%N %t') || return 1
+	for n in "${NODES[@]}"; do
+		grep -Eq "^$n (idle|mix|alloc)\$" <<<"$out" || return 1
+	done
+}
 rest_up() { # any HTTP answer will do (/openapi/v3 wants a token on some releases)
 	[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$REST_PORT/openapi/v3")" != 000 ]
+}
+
+start_slurm() {
+	start_daemon slurmctld "" /usr/sbin/slurmctld -D
+	wait_for slurmctld 30 in_root scontrol ping
+	local n
+	for n in "${NODES[@]}"; do
+		start_daemon "slurmd-$n" "$n" /usr/sbin/slurmd -D -N "$n"
+	done
+	wait_for "nodes ${NODES[*]}" 60 nodes_ready
+	# A node drained by an earlier run (a failed batch step drains it) would keep jobs pending.
+	local drained
+	drained=$(in_root sinfo -h -N -t drain,drng -o %N | sort -u | paste -sd, -)
+	if [ -n "$drained" ]; then
+		log "resuming drained nodes $drained"
+		in_root scontrol update nodename="$drained" state=resume || true
+	fi
+}
+
+restart_slurm() {
+	local n
+	for n in $(slurmd_names); do stop_daemon "$n"; done
+	stop_daemon slurmctld
+	start_slurm
 }
 
 start() {
 	mount_all
 	configure
-	start_daemon munged setpriv --reuid=munge --regid=munge --clear-groups /usr/sbin/munged -F
+	# A single-node chroot of an older version of this script ran one "slurmd".
+	stop_daemon slurmd
+	if [ $CONFIG_CHANGED = 1 ] && daemon_running slurmctld; then
+		log "slurm.conf changed: restarting slurmctld and the slurmds"
+		restart_slurm
+	fi
+	start_daemon munged "" setpriv --reuid=munge --regid=munge --clear-groups /usr/sbin/munged -F
 	wait_for munged 20 in_root munge -n
-	start_daemon slurmctld /usr/sbin/slurmctld -D
-	wait_for slurmctld 30 in_root scontrol ping
-	start_daemon slurmd /usr/sbin/slurmd -D -N "$NODE"
-	wait_for "node $NODE" 60 node_idle
+	start_slurm
 	local plugins rest_args=()
 	plugins=$(rest_versions)
 	[ -n "$plugins" ] && rest_args=(-s "$plugins")
-	start_daemon slurmrestd SLURM_JWT=daemon setpriv --reuid=$RESTD_USER --regid=$RESTD_USER --clear-groups \
+	# SLURM_JWT=daemon: slurmrestd accepts JWTs and talks to slurmctld with each request's token.
+	start_daemon slurmrestd "" SLURM_JWT=daemon setpriv --reuid=$RESTD_USER --regid=$RESTD_USER --clear-groups \
 		/usr/sbin/slurmrestd "${rest_args[@]}" -a rest_auth/jwt "127.0.0.1:$REST_PORT"
 	wait_for "slurmrestd on :$REST_PORT" 30 rest_up
+	tokens
+	write_env
+	log "Slurm $(slurm_version) up: nodes ${NODES[*]}, REST http://127.0.0.1:$REST_PORT, env file $ENVFILE"
+}
 
-	# A long-lived token for the REST user, in a file the tests may rewrite.
-	local tok
-	tok=$(in_root scontrol token username=$REST_USER lifespan=604800 | sed -n 's/^SLURM_JWT=//p')
-	[ -n "$tok" ] || die "scontrol token failed"
-	umask 077
-	printf '%s\n' "$tok" >"$ROOT/token"
-	local slurmv
-	slurmv=$(in_root sinfo -V | awk '{print $2}')
-	cat >"$ENVFILE.tmp" <<EOF
-JUICE_TESTBED_KIND=chroot-$SUITE
-JUICE_TESTBED_SLURM_VERSION=$slurmv
-JUICE_TESTBED_SLURMRESTD_URL=http://127.0.0.1:$REST_PORT
-JUICE_TESTBED_SLURM_USER=$REST_USER
-JUICE_TESTBED_TOKEN_FILE=$ROOT/token
-JUICE_TESTBED_CLUSTER=$CLUSTER
-JUICE_TESTBED_PARTITION=$PARTITION
-JUICE_TESTBED_NODE=$NODE
-JUICE_TESTBED_CHROOT=$ROOT
+slurm_version() { in_root sinfo -V | awk '{print $2}'; }
+
+# ---- tokens ---------------------------------------------------------------------------------------
+RENEW_BIN=$JUICE_LIB/juice-slurm-token-renew
+
+install_renew() {
+	mkdir -p "$ROOT$JUICE_LIB"
+	install -m 0755 "$REPO/deploy/juice-slurm-token-renew" "$ROOT$RENEW_BIN.new"
+	mv "$ROOT$RENEW_BIN.new" "$ROOT$RENEW_BIN"
+}
+
+renew_running() { [ -f "$RUNDIR/token-renew.pid" ] && pid_in_root "$(cat "$RUNDIR/token-renew.pid")"; }
+
+stop_renew() {
+	local p
+	if renew_running; then
+		p=$(cat "$RUNDIR/token-renew.pid")
+		log "stopping the token renewal loop (process group $p)"
+		kill -TERM -- "-$p" 2>/dev/null || true
+		for _ in $(seq 1 50); do pid_in_root "$p" || break; sleep 0.1; done
+	fi
+	rm -f "$RUNDIR/token-renew.pid" "$RUNDIR/token-renew.settings"
+}
+
+# The REST token. By default one long-lived token written on every up. With JUICE_TESTBED_TOKEN_LIFESPAN, a loop
+# (its own process group) renews a short-lived one every JUICE_TESTBED_TOKEN_RENEW seconds.
+tokens() {
+	install_renew
+	local life=${JUICE_TESTBED_TOKEN_LIFESPAN:-} every
+	if [ -z "$life" ]; then
+		stop_renew
+		in_root "$RENEW_BIN" --user $REST_USER --lifespan 604800 "$TOKEN" || die "token renewal failed"
+		return
+	fi
+	every=${JUICE_TESTBED_TOKEN_RENEW:-$((life / 3))}
+	[ "$every" -ge 1 ] && [ "$every" -lt "$life" ] || die "JUICE_TESTBED_TOKEN_RENEW ($every) must be 1 to less than the lifespan ($life)"
+	if renew_running && [ "$(cat "$RUNDIR/token-renew.settings" 2>/dev/null)" = "$life $every" ]; then
+		log "token renewal loop already running (lifespan $life s, every $every s)"
+		return
+	fi
+	stop_renew
+	in_root "$RENEW_BIN" --user $REST_USER --lifespan "$life" "$TOKEN" || die "token renewal failed"
+	log "starting the token renewal loop: lifespan $life s, renewed every $every s (log $RUNDIR/token-renew.log)"
+	setsid chroot "$ROOT" /usr/bin/env -i PATH=$CPATH LANG=C.UTF-8 /bin/sh -c \
+		'while sleep "$3"; do "$0" --user "$1" --lifespan "$2" "$4" && echo "$(date +%T) renewed"; done' \
+		"$RENEW_BIN" $REST_USER "$life" "$every" "$TOKEN" >>"$RUNDIR/token-renew.log" 2>&1 </dev/null &
+	echo $! >"$RUNDIR/token-renew.pid"
+	echo "$life $every" >"$RUNDIR/token-renew.settings"
+}
+
+# ---- wiring ---------------------------------------------------------------------------------------
+go_bin() {
+	if command -v "${GO:-go}" >/dev/null; then echo "${GO:-go}"; elif [ -x /usr/local/go/bin/go ]; then echo /usr/local/go/bin/go; else return 1; fi
+}
+
+# The juice-slurm binary for the chroot: $JUICE_CHROOT_JUICE_SLURM, or a static build of this work tree (outside it).
+juice_slurm_bin() {
+	if [ -n "${JUICE_CHROOT_JUICE_SLURM:-}" ]; then
+		[ -x "$JUICE_CHROOT_JUICE_SLURM" ] || die "JUICE_CHROOT_JUICE_SLURM=$JUICE_CHROOT_JUICE_SLURM is not executable"
+		echo "$JUICE_CHROOT_JUICE_SLURM"
+		return
+	fi
+	local go out=$RUNDIR/bin
+	go=$(go_bin) || die "no go toolchain to build juice-slurm (or set JUICE_CHROOT_JUICE_SLURM)"
+	mkdir -p "$out"
+	log "building a static juice-slurm (CGO_ENABLED=0) into $out"
+	(cd "$REPO" && CGO_ENABLED=0 "$go" build -o "$out/juice-slurm" ./cmd/juice-slurm) >&2 || die "go build failed"
+	echo "$out/juice-slurm"
+}
+
+# install_atomic SRC DST MODE: copy to a temporary name next to DST, then rename (a loaded .so must never be
+# overwritten in place).
+install_atomic() {
+	local dir
+	dir=$(dirname "$2")
+	mkdir -p "$dir"
+	install -m "$3" "$1" "$dir/.$(basename "$2").new"
+	mv "$dir/.$(basename "$2").new" "$2"
+}
+
+# secret FILE: 32 random bytes as hex, owned by SlurmUser, mode 0600 (kept once made).
+secret() {
+	[ -s "$ROOT$1" ] || (umask 077 && mkdir -p "$(dirname "$ROOT$1")" && openssl rand -hex 32 >"$ROOT$1")
+	in_root chown slurm:slurm "$1"
+	chmod 0600 "$ROOT$1"
+}
+
+wire() {
+	daemon_running slurmctld || die "the $SUITE test bed is not up: run '$0 up $SUITE' first"
+	local t0=$SECONDS bin
+	bin=$(juice_slurm_bin)
+	# 1. The SPANK plugin, built inside the chroot against this release's spank.h from a copy of spank/.
+	log "building the SPANK plugin inside the chroot"
+	rm -rf "${ROOT:?}$SPANK_SRC"
+	mkdir -p "$ROOT$SPANK_SRC"
+	cp "$REPO"/spank/Makefile "$REPO"/spank/*.[ch] "$REPO"/spank/juice.lds "$ROOT$SPANK_SRC/"
+	in_root make -C $SPANK_SRC BUILD=$SPANK_SRC/build all check-exports >"$RUNDIR/spank-build.log" 2>&1 ||
+		{ tail -20 "$RUNDIR/spank-build.log" >&2; die "the SPANK plugin did not build, see $RUNDIR/spank-build.log"; }
+	install_atomic "$ROOT$SPANK_SRC/build/spank_juice.so" "$ROOT$JUICE_LIB/spank_juice.so" 0755
+	# 2. The binary and the hooks.
+	install_atomic "$bin" "$ROOT$JUICE_LIB/juice-slurm" 0755
+	install_atomic "$REPO/hooks/juice-prolog.sh" "$ROOT$JUICE_LIB/juice-prolog.sh" 0755
+	install_atomic "$REPO/hooks/juice-epilog.sh" "$ROOT$JUICE_LIB/juice-epilog.sh" 0755
+	# 3. Secrets, the shared state directory, the hook log.
+	install -d -m 0755 "$ROOT$JUICE_ETC"
+	secret $JUICE_ETC/cluster.key
+	secret $JUICE_ETC/hook.secret
+	mkdir -p "$ROOT$JUICE_SESSIONS" "$ROOT$JUICE_LOGDIR"
+	in_root chown slurm:slurm $JUICE_SESSIONS $JUICE_LOGDIR
+	chmod 0700 "$ROOT$JUICE_SESSIONS"
+	touch "$ROOT$JUICE_LOGDIR/hooks.log"
+	in_root chown slurm:slurm $JUICE_LOGDIR/hooks.log
+	sed -e "s#^JUICE_SLURM_BIN=.*#JUICE_SLURM_BIN=$JUICE_LIB/juice-slurm#" \
+		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=http://127.0.0.1:$HOOK_PORT#" \
+		-e "s#^JUICE_HOOK_SECRET=.*#JUICE_HOOK_SECRET=$JUICE_ETC/hook.secret#" \
+		-e "s#^JUICE_STATE_DIR=.*#JUICE_STATE_DIR=$JUICE_SESSIONS#" \
+		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$JUICE_LOGDIR/hooks.log#" \
+		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
+		"$REPO/hooks/juice-config.sh" >"$ROOT$JUICE_ETC/.juice-config.sh.new"
+	chmod 0644 "$ROOT$JUICE_ETC/.juice-config.sh.new"
+	mv "$ROOT$JUICE_ETC/.juice-config.sh.new" "$ROOT$JUICE_ETC/juice-config.sh"
+	# 4. job_submit.lua next to slurm.conf, the plugstack entry, the slurm.conf lines.
+	install_atomic "$REPO/hooks/job_submit.lua" "$ROOT/etc/slurm/job_submit.lua" 0644
+	echo "required $JUICE_LIB/spank_juice.so /usr/bin/juice $JUICE_SESSIONS key=$JUICE_ETC/cluster.key max_gpus=8 max_vram=80GiB" \
+		>"$ROOT$PLUGSTACK_ENTRY.new"
+	mv "$ROOT$PLUGSTACK_ENTRY.new" "$ROOT$PLUGSTACK_ENTRY"
+	cat >"$ROOT$WIRING_CONF.new" <<EOF
+# juice-slurm wiring: written by test/chroot/slurm-chroot.sh wire
+JobSubmitPlugins=lua
+PrologSlurmctld=$JUICE_LIB/juice-prolog.sh
+EpilogSlurmctld=$JUICE_LIB/juice-epilog.sh
 EOF
+	mv "$ROOT$WIRING_CONF.new" "$ROOT$WIRING_CONF"
+	# slurmctld reads JobSubmitPlugins and the prolog settings at start; slurmd and the clients load plugstack per
+	# step, but a restart keeps all of them in one known state.
+	restart_slurm
+	write_env
+	log "wired in $((SECONDS - t0)) s: SPANK plugin (built against Slurm $(slurm_version)), job_submit.lua, prolog/epilog -> 127.0.0.1:$HOOK_PORT"
+}
+
+unwire() {
+	rm -f "$ROOT$PLUGSTACK_ENTRY"
+	echo "# juice-slurm wiring: written by test/chroot/slurm-chroot.sh wire" >"$ROOT$WIRING_CONF"
+	if daemon_running slurmctld; then restart_slurm; fi
+	[ -f "$ENVFILE" ] && write_env
+	log "unwired"
+}
+
+wired() { [ -s "$ROOT$PLUGSTACK_ENTRY" ] && grep -q '^JobSubmitPlugins=lua' "$ROOT$WIRING_CONF" 2>/dev/null; }
+
+wired_hook_port() { # the port the installed juice-config.sh points at
+	sed -n 's#^JUICE_HOOK_URL=http://127.0.0.1:\([0-9]*\).*#\1#p' "$ROOT$JUICE_ETC/juice-config.sh" 2>/dev/null
+}
+
+# ---- the env file ---------------------------------------------------------------------------------
+write_env() {
+	local w=no port=$HOOK_PORT nodes pg=""
+	if wired; then w=yes; port=$(wired_hook_port); fi
+	nodes=$(IFS=,; echo "${NODES[*]}")
+	# The host test bed's PostgreSQL, when it is up: end-to-end runs make their own databases in it.
+	[ -f "$BASE/env" ] && pg=$(sed -n 's/^JUICE_TESTBED_PG_URL=//p' "$BASE/env")
+	local run_as="chroot $ROOT $JUICE_LIB/juice-run-as"
+	{
+		echo "JUICE_TESTBED_KIND=chroot-$SUITE"
+		echo "JUICE_TESTBED_DIR=$ROOT"
+		echo "JUICE_TESTBED_REPO=$REPO"
+		echo "JUICE_TESTBED_SLURM_VERSION=$(slurm_version)"
+		echo "JUICE_TESTBED_CLUSTER=$CLUSTER"
+		echo "JUICE_TESTBED_PARTITION=$PARTITION"
+		echo "JUICE_TESTBED_NODE=${NODES[0]}"
+		echo "JUICE_TESTBED_NODES=$nodes"
+		echo "JUICE_TESTBED_SLURMRESTD_URL=http://127.0.0.1:$REST_PORT"
+		echo "JUICE_TESTBED_SLURM_USER=$REST_USER"
+		echo "JUICE_TESTBED_TOKEN_FILE=$ROOT$TOKEN"
+		echo "JUICE_TESTBED_TOKEN_LIFESPAN=${JUICE_TESTBED_TOKEN_LIFESPAN:-604800}"
+		renew_running && echo "JUICE_TESTBED_TOKEN_RENEW=$(cut -d' ' -f2 "$RUNDIR/token-renew.settings")"
+		echo "JUICE_TESTBED_CHROOT=$ROOT"
+		echo "JUICE_TESTBED_EXEC=$run_as root"
+		echo "JUICE_TESTBED_EXEC_AS=$run_as"
+		echo "JUICE_TESTBED_JOB_USER=$JOB_USER"
+		echo "JUICE_TESTBED_OTHER_USER=$OTHER_USER"
+		echo "JUICE_TESTBED_WIRED=$w"
+		echo "JUICE_TESTBED_HOOK_PORT=$port"
+		echo "JUICE_TESTBED_CLUSTER_KEY=$ROOT$JUICE_ETC/cluster.key"
+		echo "JUICE_TESTBED_HOOK_SECRET=$ROOT$JUICE_ETC/hook.secret"
+		echo "JUICE_TESTBED_SESSIONS_DIR=$ROOT$JUICE_SESSIONS"
+		echo "JUICE_TESTBED_HOOK_LOG=$ROOT$JUICE_LOGDIR/hooks.log"
+		echo "JUICE_TESTBED_PLUGSTACK_ENTRY=$ROOT$PLUGSTACK_ENTRY"
+		[ -n "$pg" ] && echo "JUICE_TESTBED_PG_URL=$pg"
+	} >"$ENVFILE.tmp"
 	chmod 644 "$ENVFILE.tmp"
 	mv "$ENVFILE.tmp" "$ENVFILE"
-	log "Slurm $slurmv up: REST http://127.0.0.1:$REST_PORT, env file $ENVFILE"
 }
 
 status() {
-	local rc=0
-	for name in munged slurmctld slurmd slurmrestd; do
-		if daemon_running "$name"; then
-			echo "$name: running (pid $(cat "$RUNDIR/$name.pid"))"
+	local rc=0 n
+	for n in munged slurmctld $(slurmd_names) slurmrestd; do
+		if daemon_running "$n"; then
+			echo "$n: running (pid $(cat "$RUNDIR/$n.pid"))"
 		else
-			echo "$name: stopped"
+			echo "$n: stopped"
 			rc=1
 		fi
 	done
-	for m in $MOUNTS; do is_mounted "$ROOT/$m" && echo "mounted: $ROOT/$m"; done
+	if renew_running; then echo "token-renew: running (pid $(cat "$RUNDIR/token-renew.pid"), lifespan/every: $(cat "$RUNDIR/token-renew.settings"))"; fi
+	if wired; then echo "wired: hooks -> 127.0.0.1:$(wired_hook_port)"; else echo "not wired"; fi
+	for m in $MOUNTS; do if is_mounted "$ROOT/$m"; then echo "mounted: $ROOT/$m"; fi; done
 	[ -f "$ENVFILE" ] && echo "env: $ENVFILE"
 	return $rc
 }
 
 case "$CMD" in
 up)
+	t0=$SECONDS
 	build
 	start
+	log "up in $((SECONDS - t0)) s"
 	;;
+wire) wire ;;
+unwire) unwire ;;
 down)
 	[ -d "$ROOT" ] || exit 0
 	stop_all

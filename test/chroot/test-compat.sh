@@ -6,7 +6,8 @@
 #   22.05  main test bed on the host (test/testbed.sh)     v0.0.38, v0.0.36
 #   24.11  Debian trixie chroot (test/chroot/slurm-chroot.sh) v0.0.42, v0.0.40
 #   26.05  Debian sid chroot                                 v0.0.45, v0.0.42
-# Brings up each test bed it needs (idempotent; the chroots are built once and kept) and leaves them up.
+# Brings up each test bed it needs (idempotent; the chroots are built once and kept), wires each chroot
+# (slurm-chroot.sh wire: the SPANK plugin built inside it, job_submit.lua, the hooks) and leaves them up and wired.
 # Needs root (chroot, mounts). Exit status 0 only when every run passed.
 set -euo pipefail
 
@@ -62,30 +63,24 @@ stamp=$(date -u +%Y%m%dT%H%M%S)
 log "building the integration test binary"
 (cd "$REPO" && "$GO" test -c -tags integration -o "$tmp/slurmrest.test" ./slurmrest/)
 
-# spank_check RELEASE SUITE: the SPANK plugin builds against that release's spank.h, loads into its srun, and
-# srun --help lists the options. The plugstack entry is removed again afterwards.
+# spank_check RELEASE SUITE: `slurm-chroot.sh wire` builds the SPANK plugin inside the chroot against that release's
+# spank.h and loads it (with job_submit.lua and the hooks); its srun --help lists the options and a bad value is
+# refused at the prompt. The chroot stays wired (non-Juice jobs, such as the integration suite's, pass through).
 spank_check() {
-	local rel=$1 root=$BASE/chroot-$2 inc=$tmp/inc-$1 build=$tmp/build-$1
-	mkdir -p "$inc/slurm" "$root/tmp/juice-spank"
-	cp "$root"/usr/include/slurm/{spank,slurm_errno,slurm_version}.h "$inc/slurm/"
-	make -s -C "$REPO/spank" SLURM_INCLUDE="$inc" BUILD="$build" >"$LOGS/$stamp-$rel-spank.log" 2>&1 || return 1
-	install -m 0755 "$build/spank_juice.so" "$root/tmp/juice-spank/spank_juice.so"
-	(umask 077 && openssl rand -hex 32 >"$root/tmp/juice-spank/cluster.key")
-	mkdir -p "$root/etc/slurm/plugstack.conf.d"
-	[ -e "$root/etc/slurm/plugstack.conf" ] || echo "include /etc/slurm/plugstack.conf.d/*.conf" >"$root/etc/slurm/plugstack.conf"
-	echo "required /tmp/juice-spank/spank_juice.so /usr/bin/juice /tmp/juice-spank key=/tmp/juice-spank/cluster.key" \
-		>"$root/etc/slurm/plugstack.conf.d/juice.conf"
-	local help rc=0
-	help=$(chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin srun --help 2>&1) || true
-	echo "$help" >>"$LOGS/$stamp-$rel-spank.log"
-	for opt in --juice-pool --juice-gpu-count --juice-vram; do
-		grep -q -- "$opt" <<<"$help" || { log "Slurm $rel: srun --help does not list $opt"; rc=1; }
+	local rel=$1 suite=$2 root=$BASE/chroot-$2 logf=$LOGS/$stamp-$1-spank.log
+	"$HERE/slurm-chroot.sh" wire "$suite" >"$logf" 2>&1 || { log "Slurm $rel: wire failed"; return 1; }
+	local run=(chroot "$root" /usr/local/lib/juice-slurm/juice-run-as root)
+	local help rc=0 cmd opt
+	for cmd in srun sbatch salloc; do
+		help=$("${run[@]}" $cmd --help 2>&1) || true
+		echo "$help" >>"$logf"
+		for opt in --juice-pool --juice-gpu-count --juice-vram; do
+			grep -q -- "$opt" <<<"$help" || { log "Slurm $rel: $cmd --help does not list $opt"; rc=1; }
+		done
 	done
 	local bad
-	bad=$(chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin srun --juice-pool=test --juice-gpu-count=0 true 2>&1) && rc=1
+	bad=$("${run[@]}" srun --juice-pool=test --juice-gpu-count=0 true 2>&1) && rc=1
 	grep -q 'juice: invalid --juice-gpu-count "0"' <<<"$bad" || { log "Slurm $rel: a bad value was not refused: $bad"; rc=1; }
-	rm -f "$root/etc/slurm/plugstack.conf.d/juice.conf"
-	rm -rf "$root/tmp/juice-spank"
 	return $rc
 }
 
@@ -100,7 +95,7 @@ for rel in "${releases[@]}"; do
 	case $rel in 24.11) suite=trixie ;; 26.05) suite=sid ;; *) suite= ;; esac
 	if [ -n "$suite" ]; then
 		if spank_check "$rel" "$suite"; then
-			results+=("$rel spank PASS (built against its spank.h; srun --help lists the options; bad value refused)")
+			results+=("$rel spank PASS (wired: built inside the chroot against its spank.h; srun/sbatch/salloc --help list the options; bad value refused)")
 		else
 			results+=("$rel spank FAIL (log: $LOGS/$stamp-$rel-spank.log)")
 			failed=1
