@@ -10,9 +10,10 @@ STATICCHECK_VERSION := v0.8.2
 # Integration tests that talk to the test bed read its env file; see test/testbed/testbed.go.
 export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 # The test bed's Slurm cluster is one per machine: whatever wires it and runs jobs on it holds this lock, so two
-# checkouts never test each other's plugin and hooks.
+# checkouts never test each other's plugin and hooks. (-o: what the command starts, daemons above all, must not
+# inherit the lock; test/testbed.sh closes inherited descriptors too.)
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
-ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock $(HOST_LOCK)
+ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
 .PHONY: all build go-build spank test unit test-go test-smoke test-spank test-e2e test-compat testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \

@@ -40,6 +40,20 @@ JUICE_SESSIONS=/var/spool/juice-slurm/sessions
 cd /
 
 log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# Daemons must not inherit this script's open files: a caller holding the host lock (make's flock) would
+# otherwise leave the lock held by slurmrestd or PostgreSQL for as long as they run. Every daemon starts from a
+# script that closes every descriptor above stderr first.
+close_fds() {
+	local fd
+	for fd in /proc/$BASHPID/fd/*; do
+		fd=${fd##*/}
+		# 255 is bash's own descriptor of this script.
+		[ "$fd" -gt 2 ] 2>/dev/null && [ "$fd" -ne 255 ] && eval "exec $fd>&-"
+	done
+	return 0
+}
+close_fds
 die() { log "error: $*"; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run as root (the test bed installs packages and starts Slurm's daemons)"
