@@ -183,9 +183,11 @@ func TestRunRegisteredWhileListenIsDownIsServedWithinOnePoll(t *testing.T) {
 		return slurmrest.JobList{LastUpdate: time.Now()}, nil
 	}})
 	h.startControllerOf(h.store, h.slurm, "a", Config{PollInterval: poll, Resync: time.Hour}, func(c *Controller) { c.listen = listen })
-	eventually(t, 10*time.Second, "a leads and listens", func() bool {
+	// Leading, listening, and past its first re-list (which comes before its first poll): from now on only a
+	// re-list after the reconnect can pick up a run.
+	eventually(t, 10*time.Second, "a leads, listens and has polled", func() bool {
 		holder, _, _ := h.store.LeaseHolder(ctx, "reconciler/c1")
-		return holder == "a" && listeners(t, h) == 1
+		return holder == "a" && listeners(t, h) == 1 && h.slurm.Lists() >= 1
 	})
 	_, err := h.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND query = 'LISTEN `+store.NotifyChannel+`'`)
