@@ -231,7 +231,7 @@ func writeP5(w io.Writer, r bench.P5Result) {
 	fmt.Fprintf(w, "Goroutines: %d. **Standing cost** with nothing changing in Slurm, over %.0f s (one resync and the ready checks, "+
 		"both every 30 s, and %.0f polls): %.3f cores of the controller process, %.0f reconcile passes (%.0f/s) and %.0f GetSession "+
 		"calls to the Juice Controller (%.0f/s). One `Store.Open()` — which every poll and every resync runs — reads all %d open "+
-		"rows, sealed files included: %s ms, %s MiB allocated.\n\n",
+		"rows (without their sealed files): %s ms, %s MiB allocated.\n\n",
 		r.Goroutines, r.SteadyWall.Seconds(), r.SteadyPolls, r.SteadyCPU, r.SteadyPasses, r.SteadyPasses/r.SteadyWall.Seconds(),
 		r.SteadyGets, r.SteadyGets/r.SteadyWall.Seconds(), r.N, bench.Ms(r.OpenQuery), mib(r.OpenQueryAlloc))
 	fmt.Fprintf(w, "One `Poller.Poll` with slurmrestd answering \"nothing changed\" (a quiet cluster), %d open rows: %s ms wall, %s ms CPU, %s MiB allocated; "+
