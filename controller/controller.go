@@ -31,6 +31,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/policy"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
@@ -60,6 +61,8 @@ type Config struct {
 	HookListen string
 	// MaxHookWait caps one hook call's wait. Default 30s.
 	MaxHookWait time.Duration
+	// Policy is the site's limits on requests (juice-policy.conf); nil: the grammar's bounds only.
+	Policy *policy.Policy
 }
 
 func (c *Config) defaults() {
@@ -176,7 +179,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		}
 	})()
 	rc := &reconcile.Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
-		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady}
+		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy}
 	ja := &JobActor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics}
 	var wg sync.WaitGroup
 	for i := 0; i < c.Config.Workers; i++ {

@@ -14,8 +14,14 @@ JUICE_VRAM) into the job's spank_job_env.  Here, in slurmctld:
     which is the only place the reconciler trusts;
   * it is written into comment too, for people, when the user gave no comment
     (or gave one that merely looks like a request);
-  * a request over 1024 bytes (the comment limit) is refused, never cut.
-A job without JUICE_REQUEST passes through untouched.
+  * a request over 1024 bytes (the comment limit) is refused, never cut;
+  * a request over the site's limits (juice-policy.conf: max_gpus, max_vram,
+    pools; the controller applies the same file again) is refused with the
+    limit it breaks.  No policy file: only the grammar's bounds apply.  A
+    policy file that does not parse refuses every Juice job (a site's limits
+    are never half applied) and says so in slurmctld's log.
+A job without JUICE_REQUEST passes through untouched.  What is logged is
+escaped: a user's text never forges a line of slurmctld's log.
 
 On modification, a user (neither root nor SlurmUser) may not edit comment or
 admin_comment of a job whose admin_comment is a Juice request.
@@ -104,8 +110,133 @@ local function parse_request(s)
 	return "ok", pool, tonumber(gpus), vram
 end
 
+-- A user's text for a log line: control characters, quotes, backslashes and
+-- bytes above 126 as \ddd (Lua's decimal escapes), quoted, at most 200 bytes
+-- shown.  Lua's own %q leaves a newline as a backslash and a real newline,
+-- which would start a forged line.
+local function esc(s)
+	s = tostring(s)
+	local more = ""
+	if #s > 200 then s, more = s:sub(1, 200), "..." end
+	return '"' .. s:gsub('[%c"\\\128-\255]', function(c)
+		return string.format("\\%03d", c:byte())
+	end) .. more .. '"'
+end
+
+-- The site policy (juice-policy.conf), the rules of reconcile/policy and
+-- test/vectors/README.md section 5, tested against test/vectors/policy.tsv:
+--   parse_policy(text) -> policy | nil, why
+--   check_policy(policy, pool, gpus, vram) -> nil | what, why
+-- policy = { max_gpus = n, max_vram = "bytes" or nil, pools = set or nil }.
+-- max_vram is at most 2^53 bytes and kept as a string of digits, so it is
+-- compared with a request's VRAM exactly, as strings.
+local VRAM_BOUND = "9007199254740992" -- 2^53
+local UNITS = { [""] = 1073741824, b = 1, mb = 1000000, gb = 1000000000,
+	mib = 1048576, gib = 1073741824 }
+
+-- a <= b for strings of decimal digits without leading zeros.
+local function le_digits(a, b)
+	if #a ~= #b then return #a < #b end
+	return a <= b
+end
+
+local function parse_max_vram(v)
+	local digits, unit = v:match("^([1-9][0-9]*)(%a*)$")
+	local mult = unit and UNITS[unit:lower()]
+	if not digits or not mult then
+		return nil, "want a whole number above 0 with an optional unit B, MB, GB, MiB or GiB"
+	end
+	if #digits > 16 then return nil, "at most " .. VRAM_BOUND .. " bytes" end
+	local bytes
+	if mult == 1 then
+		bytes = digits
+	else
+		-- Exact: a product of at most 2^53 is, and a larger one stays larger.
+		bytes = string.format("%.0f", tonumber(digits) * mult)
+	end
+	if not le_digits(bytes, VRAM_BOUND) then return nil, "at most " .. VRAM_BOUND .. " bytes" end
+	return bytes
+end
+
+local function parse_policy(text)
+	local p, seen, n = { max_gpus = MAX_GPUS }, {}, 0
+	for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+		n = n + 1
+		line = line:gsub("#.*$", ""):gsub("^%s+", ""):gsub("%s+$", "")
+		if line ~= "" then
+			local key, value = line:match("^([^=]-)%s*=%s*(.-)$")
+			if not key then return nil, string.format("line %d: want key = value", n) end
+			if seen[key] then return nil, string.format("line %d: %s is given twice", n, key) end
+			seen[key] = true
+			if key == "max_gpus" then
+				if not value:find("^[1-9][0-9]*$") or #value > 4 or tonumber(value) > MAX_GPUS then
+					return nil, string.format("line %d: max_gpus: want a whole number from 1 to %d", n, MAX_GPUS)
+				end
+				p.max_gpus = tonumber(value)
+			elseif key == "max_vram" then
+				local bytes, why = parse_max_vram(value)
+				if not bytes then return nil, string.format("line %d: max_vram: %s", n, why) end
+				p.max_vram = bytes
+			elseif key == "pools" then
+				local set, any = {}, false
+				for name in value:gmatch("[^,%s]+") do
+					if #name > POOL_MAX or not name:find("^[A-Za-z0-9][A-Za-z0-9._-]*$") then
+						return nil, string.format("line %d: bad pool name %s", n, esc(name))
+					end
+					set[name], any = true, true
+				end
+				if not any then return nil, string.format("line %d: pools is empty", n) end
+				p.pools = set
+			else
+				return nil, string.format("line %d: unknown setting %s", n, esc(key))
+			end
+		end
+	end
+	return p
+end
+
+local function check_policy(p, pool, gpus, vram)
+	if p == nil then return nil end
+	if p.pools and not p.pools[pool] then
+		return "pool", string.format("pool %s is not one of the site's pools", esc(pool))
+	end
+	if gpus > p.max_gpus then
+		return "gpus", string.format("%d GPUs asked for, at most %d allowed per job", gpus, p.max_gpus)
+	end
+	if vram and p.max_vram and not le_digits(vram, p.max_vram) then
+		return "vram", string.format("a VRAM slice of %s bytes asked for, at most %s allowed", vram, p.max_vram)
+	end
+	return nil
+end
+
+-- The policy file, re-read at most once a second: a change applies to the
+-- next submission without touching this script.  JUICE_POLICY_FILE (a global
+-- set before this script is loaded) overrides the path, for tests.
+local POLICY_FILE = JUICE_POLICY_FILE or "/etc/juice-slurm/juice-policy.conf"
+local cache = { at = nil }
+
+-- Returns policy (nil: no file, the grammar's bounds only) or false, why.
+local function site_policy()
+	local now = os.time()
+	if cache.at == now then return cache.policy, cache.why end
+	local f = io.open(POLICY_FILE, "r")
+	local policy, why
+	if f == nil then
+		policy = nil
+	else
+		local text = f:read("*a")
+		f:close()
+		local p, err = parse_policy(text or "")
+		if p then policy = p else policy, why = false, POLICY_FILE .. ": " .. err end
+	end
+	cache.at, cache.policy, cache.why = now, policy, why
+	return policy, why
+end
+
 -- For the tests (slurmctld needs only the two functions below).
-juice = { parse_request = parse_request }
+juice = { parse_request = parse_request, parse_policy = parse_policy,
+	check_policy = check_policy, esc = esc,
+	forget_policy = function() cache.at = nil end }
 
 local function refuse(msg, code)
 	slurm.log_user("juice: %s", msg)
@@ -128,7 +259,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	end
 	local kind, pool, gpus, vram = parse_request(req)
 	if kind == "none" then
-		return refuse(string.format("JUICE_REQUEST %q is not a Juice request", req))
+		return refuse(string.format("JUICE_REQUEST %s is not a Juice request", esc(req)))
 	end
 	if kind == "error" then
 		local what = pool
@@ -137,7 +268,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 				"the Juice request is %d bytes, more than the %d a job " ..
 				"comment holds", #req, MAX_LEN))
 		end
-		return refuse(string.format("malformed Juice request %q (bad %s)", req, what))
+		return refuse(string.format("malformed Juice request %s (bad %s)", esc(req), what))
 	end
 	-- The parts, when present, must agree with the request.
 	local p, g, v = spank_env(job_desc, "JUICE_POOL"),
@@ -145,8 +276,17 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	if (p ~= nil and p ~= pool) or (g ~= nil and g ~= tostring(gpus)) or
 	   (v ~= nil and v ~= vram) then
 		return refuse(string.format(
-			"Juice request %q disagrees with JUICE_POOL/JUICE_GPU_COUNT/" ..
-			"JUICE_VRAM", req))
+			"Juice request %s disagrees with JUICE_POOL/JUICE_GPU_COUNT/" ..
+			"JUICE_VRAM", esc(req)))
+	end
+	local policy, why = site_policy()
+	if policy == false then
+		slurm.log_error("juice: the site policy does not parse, refusing Juice jobs: %s", why)
+		return refuse("the site's Juice policy is broken; ask your administrator")
+	end
+	local what, reason = check_policy(policy, pool, gpus, vram)
+	if what then
+		return refuse(string.format("%s (the site's limit on %s)", reason, what))
 	end
 
 	job_desc.admin_comment = req

@@ -16,6 +16,9 @@ var (
 	// ErrNoCapacity: the request can never fit its pool (unknown pool, more GPUs than any agent has,
 	// more VRAM than any GPU). Legacy 500 text containing "no capacity", "cannot fit" or "can never fit".
 	ErrNoCapacity = errors.New("juice: no capacity")
+	// ErrInvalidRequest: the request breaks the client's own bounds (no pool, no GPU, too many), so it was never
+	// sent and asking again cannot help. Like ErrNoCapacity, it says no session exists for the request's key.
+	ErrInvalidRequest = errors.New("juice: invalid request")
 	// ErrUnavailable: the controller could not be reached or kept failing (5xx, timeouts, dropped
 	// connections) within the retry budget. The caller may try again later.
 	ErrUnavailable = errors.New("juice: controller unavailable")

@@ -129,7 +129,8 @@ func isLoopback(host string) bool {
 // only because of that key: a controller that honours it answers a repeat with the same id.
 func (c *HTTPClient) RequestSession(ctx context.Context, key uuid.UUID, req SessionRequest) (string, error) {
 	if err := validateRequest(req); err != nil {
-		return "", fmt.Errorf("request session in pool %q: %w", req.PoolID, err)
+		return "", fmt.Errorf("request session in pool %q: %w", req.PoolID,
+			&APIError{Method: http.MethodPost, Path: "/v1/request/session", Kind: ErrInvalidRequest, Err: err})
 	}
 	if key == uuid.Nil {
 		return "", fmt.Errorf("request session in pool %q: the idempotency key is the nil UUID", req.PoolID)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/reconcile/policy"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 )
 
@@ -38,6 +39,10 @@ type Reconciler struct {
 	WaitPoll time.Duration
 	// ReadyCheck is how often a ready session is checked to be still alive.
 	ReadyCheck time.Duration
+	// Policy is the site's limits (nil: the grammar's bounds only). A request over them fails before anything is
+	// asked of the Juice Controller: job_submit.lua refuses such a job at submission, so only a job submitted
+	// before the limit changed, or around job_submit.lua, gets here.
+	Policy *policy.Policy
 	// OnReady, when set, hears of each reservation that became ready (for metrics).
 	OnReady func(r *Reservation)
 	Now     func() time.Time
@@ -86,6 +91,10 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation)
 	req := juiceapi.SessionRequest{PoolID: r.Request.Pool, GPUs: r.Request.GPUs, VRAMPerGPU: r.Request.VRAM}
 	switch r.Status.State {
 	case StatePending:
+		if err := rc.Policy.Check(r.Request); err != nil {
+			// Permanent: asking again cannot help, so the run fails now with the limit it breaks.
+			return Result{}, false, rc.apply(ctx, log, r, EventFail, err.Error())
+		}
 		// The intent is committed here, before the controller is asked: a crash after this line finds the
 		// reservation requesting, and asks again with the same key.
 		return Result{}, false, rc.apply(ctx, log, r, EventRequest, "asking the Juice Controller for "+r.Request.Describe())
@@ -94,6 +103,9 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation)
 		sid, err := rc.Juice.RequestSession(ctx, r.ID, req)
 		if errors.Is(err, juiceapi.ErrNoCapacity) {
 			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice Controller cannot ever fit "+r.Request.Describe()+": "+err.Error())
+		}
+		if errors.Is(err, juiceapi.ErrInvalidRequest) {
+			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice client refuses "+r.Request.Describe()+": "+err.Error())
 		}
 		if err != nil {
 			return Result{}, true, fmt.Errorf("request session: %w", err)
@@ -144,8 +156,9 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation)
 			// same key returns that session, if there is one, so that it can be cancelled.
 			sid, err := rc.Juice.RequestSession(ctx, r.ID, req)
 			switch {
-			case errors.Is(err, juiceapi.ErrNoCapacity):
-				// The controller refuses the request outright, so it never made a session for the key.
+			case errors.Is(err, juiceapi.ErrNoCapacity), errors.Is(err, juiceapi.ErrInvalidRequest):
+				// The controller refuses the request outright, or the client never sends it, so no session was
+				// ever made for the key: asking again for ever would leave the run in releasing for ever.
 			case err != nil:
 				return Result{}, true, fmt.Errorf("find the session to release: %w", err)
 			default:

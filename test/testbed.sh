@@ -374,6 +374,10 @@ cmd_wire() {
 		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
 		"$REPO/hooks/juice-config.sh" >$JUICE_ETC/juice-config.sh
 	install -m 0644 "$REPO/hooks/job_submit.lua" /etc/slurm/job_submit.lua
+	# The site policy job_submit.lua and the controller both read: the plugstack's limits, and the pools of
+	# juice-sim's configurations (the demo's and the e2e suite's).
+	sed -e 's/^pools = .*/pools = demo, small, test/' "$REPO/deploy/juice-policy.conf" >$JUICE_ETC/.juice-policy.conf.new
+	chmod 0644 $JUICE_ETC/.juice-policy.conf.new && mv $JUICE_ETC/.juice-policy.conf.new $JUICE_ETC/juice-policy.conf
 	echo "required $JUICE_PREFIX/spank_juice.so /usr/bin/juice $JUICE_SESSIONS key=$JUICE_ETC/cluster.key max_gpus=8 max_vram=80GiB" \
 		>$PLUGSTACK_ENTRY.new
 	mv $PLUGSTACK_ENTRY.new $PLUGSTACK_ENTRY

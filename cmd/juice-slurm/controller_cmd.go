@@ -14,6 +14,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/policy"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
@@ -42,6 +43,7 @@ func runController(ctx context.Context, args []string) error {
 		leaseTTL     = fs.Duration("lease-ttl", 15*time.Second, "leader lease time to live")
 		sweep        = fs.Duration("sweep-interval", 5*time.Minute, "how often to cancel sessions that belong to no live run (negative: never)")
 		workers      = fs.Int("workers", 4, "reconcile workers")
+		policyFile   = fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)")
 	)
 	newLog := logFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -64,6 +66,15 @@ func runController(ctx context.Context, args []string) error {
 	secret := secretfile.New(*secretFile, secretfile.MinLength(16))
 	if _, err := secret.Value(); err != nil {
 		return fmt.Errorf("hook secret: %w", err)
+	}
+	limits, err := policy.LoadOptional(*policyFile)
+	if err != nil {
+		return err
+	}
+	if limits == nil {
+		log.Info("no site policy file: only the request grammar's bounds apply", "policy", *policyFile)
+	} else {
+		log.Info("site policy", "policy", *policyFile, "maxGPUs", limits.MaxGPUs, "maxVRAM", limits.MaxVRAM, "pools", limits.Pools)
 	}
 	pool, err := pgxpool.New(ctx, *dbURL)
 	if err != nil {
@@ -105,7 +116,8 @@ func runController(ctx context.Context, args []string) error {
 	c := &controller.Controller{
 		Config: controller.Config{Cluster: *cluster, PollInterval: *poll, WaitPoll: *waitPoll, Holder: *holder,
 			Lookahead: reconcile.Lookahead{PerPool: *perPool, Window: *window}, TrustComment: *trustComment,
-			HookListen: *hookListen, LeaseTTL: *leaseTTL, LeaseRenew: *leaseTTL / 3, Sweep: *sweep, Workers: *workers},
+			HookListen: *hookListen, LeaseTTL: *leaseTTL, LeaseRenew: *leaseTTL / 3, Sweep: *sweep, Workers: *workers,
+			Policy: limits},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log,
 	}
 	return c.Run(ctx)

@@ -9,9 +9,13 @@ local last_user_msg
 slurm = {
 	SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002,
 	log_user = function(fmt, ...) last_user_msg = string.format(fmt, ...) end,
-	log_info = function() end,
+	log_info = function(fmt, ...) last_log = string.format(fmt, ...) end,
+	log_error = function(fmt, ...) last_error = string.format(fmt, ...) end,
 	log_debug = function() end,
 }
+-- The site policy the script reads: a file of the test's own.
+JUICE_POLICY_FILE = os.tmpname()
+os.remove(JUICE_POLICY_FILE)
 dofile(arg[1])
 
 local function check(cond, what)
@@ -187,6 +191,71 @@ end
 if tsv then tsv:close() end
 check(rows > 0 and kinds.ok > 0 and kinds.none > 0 and kinds.error > 0, "requests.tsv: every kind of row")
 print(string.format("requests.tsv: %d rows (%d ok, %d none, %d error)", rows, kinds.ok, kinds.none, kinds.error))
+
+-- test/vectors/policy.tsv: every row through juice.parse_policy and
+-- juice.check_policy, as reconcile/policy's test does.
+local ptsv = io.open(vectors .. "/policy.tsv", "r")
+check(ptsv ~= nil, "cannot read " .. vectors .. "/policy.tsv")
+local prows = 0
+lineno = 0
+for line in (ptsv and ptsv:lines() or function() end) do
+	lineno = lineno + 1
+	if line ~= "" and line:sub(1, 1) ~= "#" then
+		prows = prows + 1
+		local f = split_tabs(line)
+		local text = f[1] == "-" and "" or unescape(f[1]:gsub("\\r", "\r"))
+		local kind, pool, gpus, vram = juice.parse_request(f[2])
+		check(kind == "ok", "policy.tsv:" .. lineno .. ": request parses")
+		local p = juice.parse_policy(text)
+		local got = "ok"
+		if not p then
+			got = "bad-policy"
+		else
+			local what = juice.check_policy(p, pool, gpus, vram)
+			if what then got = "refuse " .. what end
+		end
+		check(got == f[3], string.format("policy.tsv:%d: %s %s: got %s, want %s", lineno, f[1], f[2], got, f[3]))
+	end
+end
+if ptsv then ptsv:close() end
+check(prows >= 40, "policy.tsv: rows")
+print(string.format("policy.tsv: %d rows", prows))
+
+-- The policy file applies at submission, and is re-read when it changes.
+local function policy_file(text)
+	if text == nil then
+		os.remove(JUICE_POLICY_FILE)
+	else
+		local pf = assert(io.open(JUICE_POLICY_FILE, "w"))
+		pf:write(text)
+		pf:close()
+	end
+	juice.forget_policy()
+end
+policy_file(nil)
+rc, jd = submit({ "JUICE_REQUEST=juice:v1:pool=any,gpus=1024" }, nil)
+check(rc == 0, "no policy file: the grammar's bounds only")
+policy_file("max_gpus = 8\nmax_vram = 80GiB\npools = test, demo\n")
+rc, jd, msg = submit({ "JUICE_REQUEST=juice:v1:pool=test,gpus=9" }, nil)
+check(rc == slurm.ERROR and msg and msg:find("at most 8") and jd.admin_comment == nil, "over max_gpus refused: " .. tostring(msg))
+rc, jd, msg = submit({ "JUICE_REQUEST=juice:v1:pool=test,gpus=1,vram=85899345921" }, nil)
+check(rc == slurm.ERROR and msg and msg:find("vram") and jd.admin_comment == nil, "over max_vram refused: " .. tostring(msg))
+rc, jd, msg = submit({ "JUICE_REQUEST=juice:v1:pool=other,gpus=1" }, nil)
+check(rc == slurm.ERROR and msg and msg:find("pool") and jd.admin_comment == nil, "unknown pool refused: " .. tostring(msg))
+rc, jd = submit({ "JUICE_REQUEST=juice:v1:pool=demo,gpus=8" }, nil)
+check(rc == 0 and jd.admin_comment == "juice:v1:pool=demo,gpus=8", "within the policy")
+policy_file("max_gpus = lots\n")
+rc, jd, msg = submit({ "JUICE_REQUEST=juice:v1:pool=demo,gpus=1" }, nil)
+check(rc == slurm.ERROR and msg and msg:find("policy is broken") and last_error:find("line 1"), "a broken policy refuses Juice jobs")
+rc, jd = submit({ "OTHER=1" }, nil)
+check(rc == 0, "a broken policy never touches other jobs")
+policy_file(nil)
+
+-- What reaches the log is escaped: a newline in a request never starts a line.
+rc, jd, msg = submit({ "JUICE_REQUEST=juice:v1:pool=test,gpus=1\njuice: job_submit: uid 0 request forged" }, nil)
+check(rc == slurm.ERROR and msg and not msg:find("[%c]") and msg:find("\\010"), "newline escaped: " .. tostring(msg))
+check(not last_log:find("[%c]"), "newline escaped in slurmctld's log")
+check(juice.esc('a"b\\c\255\127') == '"a\\034b\\092c\\255\\127"', "esc: " .. juice.esc('a"b\\c\255\127'))
 
 local slurm_uid
 for line in io.lines("/etc/passwd") do
