@@ -87,6 +87,15 @@ func (c *Config) defaults() {
 	}
 }
 
+// Tuning is what may change while a replica runs (Controller.Retune, on SIGHUP). Everything else in Config takes
+// a restart: the cluster, the addresses and the trust of comments decide who this replica is and whom it believes.
+type Tuning struct {
+	PollInterval time.Duration
+	Lookahead    reconcile.Lookahead
+	// Sweep is how often orphaned sessions are swept; <0 turns the sweep off.
+	Sweep time.Duration
+}
+
 // Controller is one replica.
 type Controller struct {
 	Config  Config
@@ -101,6 +110,8 @@ type Controller struct {
 	Listener net.Listener
 
 	crashed atomic.Bool // set by tests: stop as a killed replica would, leaving the lease to expire
+	tuning  atomic.Pointer[Tuning]
+	retuned chan struct{} // wakes the leader's loop after Retune
 	// listen, when set, replaces the hub's LISTEN connection (tests hold a reconnect back with it).
 	listen func(ctx context.Context) (*pgx.Conn, error)
 }
@@ -108,6 +119,8 @@ type Controller struct {
 // Run serves until ctx ends, leading when it holds the lease.
 func (c *Controller) Run(ctx context.Context) error {
 	c.Config.defaults()
+	c.retuned = make(chan struct{}, 1)
+	c.tuning.Store(&Tuning{PollInterval: c.Config.PollInterval, Lookahead: c.Config.Lookahead, Sweep: c.Config.Sweep})
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(c.Store)
 	}
@@ -145,6 +158,43 @@ func (c *Controller) Run(ctx context.Context) error {
 	wg.Wait()
 	c.Log.Info("controller stopped")
 	return nil
+}
+
+// Retune changes what may change at run time; the leader applies it at once (it polls right away with it). A
+// zero PollInterval or Sweep keeps the current value. Safe to call from any goroutine while Run runs.
+func (c *Controller) Retune(t Tuning) error {
+	cur := c.tuning.Load()
+	if cur == nil {
+		return errors.New("retune: the controller is not running")
+	}
+	if t.PollInterval == 0 {
+		t.PollInterval = cur.PollInterval
+	}
+	if t.Sweep == 0 {
+		t.Sweep = cur.Sweep
+	}
+	if t.PollInterval < 0 {
+		return fmt.Errorf("retune: poll interval %s is negative", t.PollInterval)
+	}
+	if t.Lookahead.PerPool < 0 || t.Lookahead.Window < 0 {
+		return fmt.Errorf("retune: look-ahead of %d per pool within %s: neither may be negative", t.Lookahead.PerPool, t.Lookahead.Window)
+	}
+	c.tuning.Store(&t)
+	select {
+	case c.retuned <- struct{}{}:
+	default:
+	}
+	c.Log.Info("retuned", "pollInterval", t.PollInterval.String(), "lookaheadPerPool", t.Lookahead.PerPool,
+		"lookaheadWindow", t.Lookahead.Window.String(), "sweepInterval", t.Sweep.String())
+	return nil
+}
+
+// Tuning is what the replica runs with now.
+func (c *Controller) Tuning() Tuning {
+	if t := c.tuning.Load(); t != nil {
+		return *t
+	}
+	return Tuning{PollInterval: c.Config.PollInterval, Lookahead: c.Config.Lookahead, Sweep: c.Config.Sweep}
 }
 
 // retries is the work queues' backoff for a key whose pass failed.
@@ -194,18 +244,30 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		})
 	}()
 	relist()
-	poll := time.NewTicker(c.Config.PollInterval)
+	tune := c.Tuning()
+	poll := time.NewTicker(tune.PollInterval)
 	resync := time.NewTicker(c.Config.Resync)
-	var sweep <-chan time.Time
-	if c.Config.Sweep > 0 {
-		t := time.NewTicker(c.Config.Sweep)
-		defer t.Stop()
-		sweep = t.C
-	}
+	sweep := newSweepTicker(tune.Sweep)
 	defer poll.Stop()
 	defer resync.Stop()
+	defer func() { sweep.stop() }()
 	failing := 0
 	for {
+		// A retune takes effect here, between two polls: the poller is not running.
+		if t := c.Tuning(); t != tune {
+			if t.PollInterval != tune.PollInterval {
+				poll.Reset(t.PollInterval)
+			}
+			if t.Sweep != tune.Sweep {
+				sweep.stop()
+				sweep = newSweepTicker(t.Sweep)
+			}
+			if t.Lookahead != tune.Lookahead {
+				p.Lookahead = t.Lookahead
+				p.Kick() // the listing may not have changed, but what is selected from it has
+			}
+			tune = t
+		}
 		err := p.Poll(ctx)
 		c.Metrics.observePoll(err)
 		switch {
@@ -219,7 +281,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 			c.Log.Info("poll works again", "after", failing)
 			failing = 0
 		}
-		if !c.waitForPoll(ctx, poll.C, resync.C, sweep, relisting, relist) {
+		if !c.waitForPoll(ctx, poll.C, resync.C, sweep.c, relisting, relist) {
 			rq.ShutDown()
 			jq.ShutDown()
 			wg.Wait()
@@ -237,6 +299,8 @@ func (c *Controller) waitForPoll(ctx context.Context, poll, resync, sweep <-chan
 			return false
 		case <-poll:
 			return true
+		case <-c.retuned:
+			return true
 		case <-relisting:
 			relist()
 		case <-resync:
@@ -247,6 +311,20 @@ func (c *Controller) waitForPoll(ctx context.Context, poll, resync, sweep <-chan
 			}
 		}
 	}
+}
+
+// sweepTicker ticks every interval, or never when the interval is not positive.
+type sweepTicker struct {
+	c    <-chan time.Time
+	stop func()
+}
+
+func newSweepTicker(every time.Duration) sweepTicker {
+	if every <= 0 {
+		return sweepTicker{stop: func() {}}
+	}
+	t := time.NewTicker(every)
+	return sweepTicker{c: t.C, stop: t.Stop}
 }
 
 // relist hands every open reservation to both actors.

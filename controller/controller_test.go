@@ -382,3 +382,30 @@ func TestEndedRunIsNotReservedAgainFromAStaleListing(t *testing.T) {
 	require.Len(t, rs, 1, "one reservation for the run, ever")
 	require.Len(t, h.sim.Sim.Sessions(), 1, "one session for the run, ever")
 }
+
+// SIGHUP's Retune reaches the running leader: a wider look-ahead reserves the pending jobs the narrower one left
+// alone, at once (the poll interval here is an hour), with no restart.
+func TestRetuneWidensTheLookaheadWithoutRestart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	first := fakeslurm.JuiceJob(70, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=1")
+	first.Priority = 1000
+	h.slurm.Set(first, fakeslurm.JuiceJob(71, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=1"),
+		fakeslurm.JuiceJob(72, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=1"))
+	c, _ := h.startController("a", Config{PollInterval: time.Hour, Lookahead: reconcile.Lookahead{PerPool: 1}})
+	eventually(t, 10*time.Second, "the first job reserved", func() bool {
+		return h.stateOf(reconcile.RunID{Cluster: "c1", JobID: 70}) == reconcile.StateReady
+	})
+	polls := h.slurm.Lists()
+	for _, job := range []uint32{71, 72} {
+		require.Empty(t, h.stateOf(reconcile.RunID{Cluster: "c1", JobID: job}), "job %d is beyond a look-ahead of 1", job)
+	}
+	require.NoError(t, c.Retune(Tuning{Lookahead: reconcile.Lookahead{PerPool: 3}}))
+	eventually(t, 10*time.Second, "jobs 71 and 72 reserved after the retune", func() bool {
+		return h.stateOf(reconcile.RunID{Cluster: "c1", JobID: 71}) == reconcile.StateReady &&
+			h.stateOf(reconcile.RunID{Cluster: "c1", JobID: 72}) == reconcile.StateReady
+	})
+	require.Equal(t, polls+1, h.slurm.Lists(), "one poll, the one the retune asked for")
+	require.Equal(t, time.Hour, c.Tuning().PollInterval, "a zero poll interval keeps the current one")
+	require.ErrorContains(t, c.Retune(Tuning{Lookahead: reconcile.Lookahead{PerPool: -1}}), "look-ahead of -1 per pool")
+}

@@ -18,14 +18,36 @@ import (
 
 // The admin commands read the same tables the controller writes.
 
-func openStore(ctx context.Context, fs *flag.FlagSet, args []string) (*store.Store, string, func(), error) {
-	dbURL := fs.String("database-url", "", "PostgreSQL URL (required)")
-	cluster := fs.String("cluster", "", "Slurm's ClusterName (required)")
+// storeOpts are the settings of the commands that read the database.
+type storeOpts struct {
+	dbURL, cluster *string
+}
+
+func storeFlags(fs *flag.FlagSet) *storeOpts {
+	return &storeOpts{
+		dbURL:   fs.String("database-url", "", "PostgreSQL URL (required)"),
+		cluster: fs.String("cluster", "", "Slurm's ClusterName (required)"),
+	}
+}
+
+type statusOpts struct {
+	*storeOpts
+	all *bool
+}
+
+func statusFlags(fs *flag.FlagSet) *statusOpts {
+	return &statusOpts{storeOpts: storeFlags(fs), all: fs.Bool("all", false, "also list every open run")}
+}
+
+func jobFlags(fs *flag.FlagSet) *storeOpts { return storeFlags(fs) }
+
+func openStore(ctx context.Context, fs *flag.FlagSet, o *storeOpts, args []string) (*store.Store, string, func(), error) {
+	dbURL, cluster := o.dbURL, o.cluster
 	if err := parseFlags(fs, args); err != nil {
 		return nil, "", nil, err
 	}
 	if *dbURL == "" || *cluster == "" {
-		return nil, "", nil, fmt.Errorf("%s: --database-url and --cluster are required (or JUICE_DATABASE_URL and JUICE_CLUSTER)", fs.Name())
+		return nil, "", nil, usageError{fmt.Errorf("%s: --database-url and --cluster are required (in %s, or JUICE_DATABASE_URL and JUICE_CLUSTER)", fs.Name(), DefaultConfig)}
 	}
 	pool, err := pgxpool.New(ctx, *dbURL)
 	if err != nil {
@@ -40,8 +62,9 @@ func openStore(ctx context.Context, fs *flag.FlagSet, args []string) (*store.Sto
 
 func runStatus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("juice-slurm status", flag.ContinueOnError)
-	all := fs.Bool("all", false, "also list every open run")
-	st, cluster, closeFn, err := openStore(ctx, fs, args)
+	o := statusFlags(fs)
+	all := o.all
+	st, cluster, closeFn, err := openStore(ctx, fs, o.storeOpts, args)
 	if err != nil {
 		return err
 	}
@@ -107,10 +130,10 @@ func runStatus(ctx context.Context, args []string) error {
 func runJobCommand(ctx context.Context, cmd, jobArg string, args []string) error {
 	job, err := strconv.ParseUint(jobArg, 10, 32)
 	if err != nil {
-		return fmt.Errorf("%s job %q: not a job id", cmd, jobArg)
+		return usageError{fmt.Errorf("%s job %q: not a job id", cmd, jobArg)}
 	}
 	fs := flag.NewFlagSet("juice-slurm "+cmd+" job", flag.ContinueOnError)
-	st, cluster, closeFn, err := openStore(ctx, fs, args)
+	st, cluster, closeFn, err := openStore(ctx, fs, jobFlags(fs), args)
 	if err != nil {
 		return err
 	}
@@ -120,7 +143,7 @@ func runJobCommand(ctx context.Context, cmd, jobArg string, args []string) error
 		return err
 	}
 	if len(rs) == 0 {
-		return fmt.Errorf("job %d of cluster %s has no Juice reservation", job, cluster)
+		return notFoundError{fmt.Errorf("job %d of cluster %s has no Juice reservation", job, cluster)}
 	}
 	if cmd == "release" {
 		released := 0

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,7 +73,7 @@ func TestConfigErrorsNameTheBadValue(t *testing.T) {
 	fs = flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.Duration("poll-interval", time.Second, "")
 	err = parseFlags(fs, []string{"--config", write("\n\npoll-interval 2s\n")})
-	require.ErrorContains(t, err, `c.conf:3: want 'flag = value'`)
+	require.ErrorContains(t, err, `c.conf:3: want 'setting = value'`)
 
 	t.Setenv("JUICE_POLL_INTERVAL", "never")
 	fs = flag.NewFlagSet("t", flag.ContinueOnError)
@@ -79,4 +84,130 @@ func TestConfigErrorsNameTheBadValue(t *testing.T) {
 	fs = flag.NewFlagSet("t", flag.ContinueOnError)
 	require.ErrorContains(t, parseFlags(fs, []string{"stray"}), `unexpected argument "stray"`)
 	require.Error(t, parseFlags(flag.NewFlagSet("t", flag.ContinueOnError), []string{"--config", filepath.Join(dir, "missing")}))
+}
+
+// One file serves every command: the controller's settings do not trouble describe, and each command takes its
+// own (issue 13: `describe --config controller.conf` failed with unknown setting "slurmrestd-url").
+func TestOneFileServesEveryCommand(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "juice-slurm.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(`cluster = c9
+database-url = postgres://juice:s3cret@db1:5432,db2:5432/juice?target_session_attrs=read-write
+slurmrestd-url = http://10.0.0.1:6820
+hook-listen = 0.0.0.0:7171
+hook-url = http://ctl:7171
+prolog-wait = 90s
+all = true
+`), 0o640))
+	for cmd, register := range settingCommands {
+		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+		register(fs)
+		require.NoError(t, parseFlags(fs, []string{"--config", conf}), cmd)
+	}
+	fs := flag.NewFlagSet("describe", flag.ContinueOnError)
+	o := jobFlags(fs)
+	require.NoError(t, parseFlags(fs, []string{"--config", conf}))
+	require.Equal(t, "c9", *o.cluster)
+	fs = flag.NewFlagSet("hook", flag.ContinueOnError)
+	h := hookFlags(fs)
+	require.NoError(t, parseFlags(fs, []string{"--config", conf}))
+	require.Equal(t, "http://ctl:7171", *h.url)
+	require.Equal(t, 90*time.Second, *h.prologWait)
+}
+
+// The default file is read when it exists; a missing default file is no error, a missing named one is.
+func TestDefaultConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	defaultConfig = filepath.Join(dir, "juice-slurm.conf")
+	t.Cleanup(func() { defaultConfig = DefaultConfig })
+	newFS := func() (*flag.FlagSet, *storeOpts) {
+		fs := flag.NewFlagSet("status", flag.ContinueOnError)
+		return fs, storeFlags(fs)
+	}
+	fs, o := newFS()
+	require.NoError(t, parseFlags(fs, nil), "no default file: flags and environment say it all")
+	require.Empty(t, *o.cluster)
+
+	require.NoError(t, os.WriteFile(defaultConfig, []byte("cluster = from-default-file\n"), 0o640))
+	fs, o = newFS()
+	require.NoError(t, parseFlags(fs, nil))
+	require.Equal(t, "from-default-file", *o.cluster)
+
+	fs, o = newFS()
+	require.NoError(t, parseFlags(fs, []string{"--config="}), "--config= reads no file")
+	require.Empty(t, *o.cluster)
+
+	fs, _ = newFS()
+	err := parseFlags(fs, []string{"--config", filepath.Join(dir, "missing.conf")})
+	require.ErrorIs(t, err, os.ErrNotExist, "a file named on the command line must exist")
+	t.Setenv("JUICE_CONFIG", filepath.Join(dir, "missing.conf"))
+	fs, _ = newFS()
+	require.ErrorIs(t, parseFlags(fs, nil), os.ErrNotExist, "so must one named by JUICE_CONFIG")
+}
+
+// `juice-slurm settings` names each value's source, and hides the database password.
+func TestSettingsNameTheirSource(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "juice-slurm.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("cluster = c9\n\ndatabase-url = postgres://juice:s3cret@db1/juice\nworkers = 8\n"), 0o640))
+	t.Setenv("JUICE_WORKERS", "6")
+	var out bytes.Buffer
+	require.NoError(t, runSettings(&out, []string{"controller", "--config", conf, "--poll-interval", "5s"}))
+	lines := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		f := strings.Fields(l)
+		lines[f[0]] = f[1:]
+	}
+	require.Equal(t, []string{"c9", conf + ":1"}, lines["cluster"])
+	require.Equal(t, []string{"postgres://juice:xxxxx@db1/juice", conf + ":3"}, lines["database-url"])
+	require.Equal(t, []string{"6", "environment", "variable", "JUICE_WORKERS"}, lines["workers"])
+	require.Equal(t, []string{"5s", "flag"}, lines["poll-interval"])
+	require.Equal(t, []string{"4", "default"}, lines["lookahead-per-pool"])
+	require.NotContains(t, out.String(), "s3cret")
+
+	require.NoError(t, runSettings(&out, []string{"hook", "--config", conf}), "the hook reads the same file")
+	err := runSettings(&out, []string{"sbatch"})
+	require.ErrorContains(t, err, `unknown command "sbatch"`)
+	require.Equal(t, exitUsage, exitStatusOf(err))
+}
+
+// The shipped file names every setting of every command, with the built-in default where there is one, and
+// nothing else: it is the reference an administrator edits.
+func TestShippedConfigNamesEverySetting(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/juice-slurm.conf")
+	require.NoError(t, err)
+	shown := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimPrefix(l, "#"), "=")
+		if k = strings.TrimSuffix(k, " "); ok && strings.HasPrefix(l, "#") && k != "" && !strings.Contains(k, " ") {
+			shown[k] = strings.TrimSpace(v)
+		}
+	}
+	known := knownSettings()
+	for name := range known {
+		if name == "config" {
+			continue
+		}
+		_, ok := shown[name]
+		require.True(t, ok, "deploy/juice-slurm.conf does not show %q", name)
+	}
+	for cmd, register := range settingCommands {
+		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+		register(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			if v, ok := shown[f.Name]; ok && f.DefValue != "" {
+				require.Equal(t, f.DefValue, v, "deploy/juice-slurm.conf: the default of %s", f.Name)
+			}
+		})
+	}
+	for name := range shown {
+		require.True(t, known[name], "deploy/juice-slurm.conf shows %q, which no command knows", name)
+	}
+}
+
+func TestExitStatuses(t *testing.T) {
+	require.Equal(t, exitUsage, exitStatusOf(run(context.Background(), []string{"frobnicate"})))
+	require.Equal(t, exitUsage, exitStatusOf(run(context.Background(), []string{"describe", "job", "x1"})))
+	require.Equal(t, exitUsage, exitStatusOf(run(context.Background(), []string{"status", "--config=", "--no-such-flag"})))
+	require.Equal(t, exitUsage, exitStatusOf(run(context.Background(), []string{"status", "--config="})), "--database-url is required")
+	require.Equal(t, exitFailed, exitStatusOf(errors.New("boom")))
+	require.Equal(t, exitNotFound, exitStatusOf(fmt.Errorf("describe: %w", notFoundError{errors.New("no such job")})))
 }

@@ -4,8 +4,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,79 +27,105 @@ import (
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 )
 
+// controllerOpts are the controller's settings.
+type controllerOpts struct {
+	cluster, dbURL, restURL, restUser, restToken, restVersion, juiceURL, juiceToken, keyFile, secretFile *string
+	hookListen, holder, policyFile                                                                       *string
+	poll, waitPoll, window, leaseTTL, sweep                                                              *time.Duration
+	perPool, workers                                                                                     *int
+	trustComment                                                                                         *bool
+	newLog                                                                                               func() (logr.Logger, zap.AtomicLevel, error)
+	level                                                                                                *flag.Flag
+}
+
+func controllerFlags(fs *flag.FlagSet) *controllerOpts {
+	o := &controllerOpts{
+		cluster:      fs.String("cluster", "", "Slurm's ClusterName (required)"),
+		dbURL:        fs.String("database-url", "", "PostgreSQL URL, e.g. postgres://juice@127.0.0.1:5432/juice (required)"),
+		restURL:      fs.String("slurmrestd-url", "http://127.0.0.1:6820", "slurmrestd: http://host:port or unix:///path"),
+		restUser:     fs.String("slurm-user", "slurm", "user name of the slurmrestd token (an operator, e.g. SlurmUser)"),
+		restToken:    fs.String("slurm-token-file", "", "file holding the slurmrestd JWT, re-read when it changes"),
+		restVersion:  fs.String("slurmrest-version", "", "force a slurmrestd API version, e.g. v0.0.38 (default: the newest offered)"),
+		juiceURL:     fs.String("juice-url", "http://127.0.0.1:7070", "the Juice Controller (or juice-sim)"),
+		juiceToken:   fs.String("juice-token-file", "", "file holding the Juice M2M token, mode 0600 (required)"),
+		keyFile:      fs.String("cluster-key", "/etc/juice-slurm/cluster.key", "the cluster key that seals session files (64 hex characters, mode 0600)"),
+		secretFile:   fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "the secret the hooks present (mode 0600)"),
+		hookListen:   fs.String("hook-listen", "127.0.0.1:7171", "address of the hook API, /healthz and /readyz"),
+		holder:       fs.String("holder", "", "this replica's name in the leader lease (default host:pid)"),
+		poll:         fs.Duration("poll-interval", 2*time.Second, "time between two listings of slurmrestd (SIGHUP re-reads it)"),
+		waitPoll:     fs.Duration("session-poll", time.Second, "how often a queued session is looked at"),
+		perPool:      fs.Int("lookahead-per-pool", reconcile.DefaultLookahead.PerPool, "pending jobs reserved ahead per pool, by Slurm priority (SIGHUP re-reads it)"),
+		window:       fs.Duration("lookahead-window", reconcile.DefaultLookahead.Window, "also reserve pending jobs Slurm expects to start within this time (SIGHUP re-reads it)"),
+		trustComment: fs.Bool("trust-comment", false, "also read requests from the job comment, which its owner can change (default: admin_comment only)"),
+		leaseTTL:     fs.Duration("lease-ttl", 15*time.Second, "leader lease time to live"),
+		sweep:        fs.Duration("sweep-interval", 5*time.Minute, "how often to cancel sessions that belong to no live run (negative: never; SIGHUP re-reads it)"),
+		workers:      fs.Int("workers", 4, "reconcile workers"),
+		policyFile:   fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)"),
+	}
+	o.newLog = logFlags(fs)
+	o.level = fs.Lookup("log-level")
+	return o
+}
+
+// tuning is what SIGHUP may change (controller.Tuning).
+func (o *controllerOpts) tuning() controller.Tuning {
+	return controller.Tuning{PollInterval: *o.poll, Lookahead: reconcile.Lookahead{PerPool: *o.perPool, Window: *o.window}, Sweep: *o.sweep}
+}
+
 func runController(ctx context.Context, args []string) error {
+	// SIGHUP re-reads the settings; its default action would end the service.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fs := flag.NewFlagSet("juice-slurm controller", flag.ContinueOnError)
-	var (
-		cluster      = fs.String("cluster", "", "Slurm's ClusterName (required)")
-		dbURL        = fs.String("database-url", "", "PostgreSQL URL, e.g. postgres://juice@127.0.0.1:5432/juice (required)")
-		restURL      = fs.String("slurmrestd-url", "http://127.0.0.1:6820", "slurmrestd: http://host:port or unix:///path")
-		restUser     = fs.String("slurm-user", "slurm", "user name of the slurmrestd token (an operator, e.g. SlurmUser)")
-		restToken    = fs.String("slurm-token-file", "", "file holding the slurmrestd JWT, re-read when it changes")
-		restVersion  = fs.String("slurmrest-version", "", "force a slurmrestd API version, e.g. v0.0.38 (default: the newest offered)")
-		juiceURL     = fs.String("juice-url", "http://127.0.0.1:7070", "the Juice Controller (or juice-sim)")
-		juiceToken   = fs.String("juice-token-file", "", "file holding the Juice M2M token, mode 0600 (required)")
-		keyFile      = fs.String("cluster-key", "/etc/juice-slurm/cluster.key", "the cluster key that seals session files (64 hex characters, mode 0600)")
-		secretFile   = fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "the secret the hooks present (mode 0600)")
-		hookListen   = fs.String("hook-listen", "127.0.0.1:7171", "address of the hook API, /healthz, /readyz and /metrics")
-		holder       = fs.String("holder", "", "this replica's name in the leader lease (default host:pid)")
-		poll         = fs.Duration("poll-interval", 2*time.Second, "time between two listings of slurmrestd")
-		waitPoll     = fs.Duration("session-poll", time.Second, "how often a queued session is looked at")
-		perPool      = fs.Int("lookahead-per-pool", reconcile.DefaultLookahead.PerPool, "pending jobs reserved ahead per pool, by Slurm priority")
-		window       = fs.Duration("lookahead-window", reconcile.DefaultLookahead.Window, "also reserve pending jobs Slurm expects to start within this time")
-		trustComment = fs.Bool("trust-comment", false, "also read requests from the job comment, which its owner can change (default: admin_comment only)")
-		leaseTTL     = fs.Duration("lease-ttl", 15*time.Second, "leader lease time to live")
-		sweep        = fs.Duration("sweep-interval", 5*time.Minute, "how often to cancel sessions that belong to no live run (negative: never)")
-		workers      = fs.Int("workers", 4, "reconcile workers")
-		policyFile   = fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)")
-	)
-	newLog := logFlags(fs)
+	o := controllerFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := newLog()
+	log, level, err := o.newLog()
 	if err != nil {
 		return err
 	}
-	for name, v := range map[string]string{"cluster": *cluster, "database-url": *dbURL, "juice-token-file": *juiceToken} {
+	for name, v := range map[string]string{"cluster": *o.cluster, "database-url": *o.dbURL, "juice-token-file": *o.juiceToken} {
 		if v == "" {
-			return fmt.Errorf("controller: --%s is required", name)
+			return usageError{fmt.Errorf("controller: --%s is required", name)}
 		}
 	}
 	// Both are read again whenever their files change; a bad one is refused now, at start-up.
-	key := session.KeyFile(*keyFile)
+	key := session.KeyFile(*o.keyFile)
 	if _, err := key.Bytes(); err != nil {
 		return err
 	}
-	secret := secretfile.New(*secretFile, secretfile.MinLength(16))
+	secret := secretfile.New(*o.secretFile, secretfile.MinLength(16))
 	if _, err := secret.Value(); err != nil {
 		return fmt.Errorf("hook secret: %w", err)
 	}
-	limits, err := policy.LoadOptional(*policyFile)
+	limits, err := policy.LoadOptional(*o.policyFile)
 	if err != nil {
 		return err
 	}
 	if limits == nil {
-		log.Info("no site policy file: only the request grammar's bounds apply", "policy", *policyFile)
+		log.Info("no site policy file: only the request grammar's bounds apply", "policy", *o.policyFile)
 	} else {
-		log.Info("site policy", "policy", *policyFile, "maxGPUs", limits.MaxGPUs, "maxVRAM", limits.MaxVRAM, "pools", limits.Pools)
+		log.Info("site policy", "policy", *o.policyFile, "maxGPUs", limits.MaxGPUs, "maxVRAM", limits.MaxVRAM, "pools", limits.Pools)
 	}
-	pool, err := pgxpool.New(ctx, *dbURL)
+	pool, err := pgxpool.New(ctx, *o.dbURL)
 	if err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
-	st := store.New(pool, *cluster)
+	st := store.New(pool, *o.cluster)
 	if err := waitFor(ctx, log.WithName("startup"), "PostgreSQL", st.Migrate); err != nil {
 		return err
 	}
 	var tokens slurmrest.TokenSource
-	if *restToken != "" {
-		tokens = slurmrest.FileToken(*restToken)
+	if *o.restToken != "" {
+		tokens = slurmrest.FileToken(*o.restToken)
 	} else {
 		tokens = slurmrest.EnvToken("JUICE_SLURM_TOKEN")
 	}
-	slurm, err := slurmrest.New(slurmrest.Config{BaseURL: *restURL, UserName: *restUser, TokenSource: tokens,
-		Version: *restVersion, Logger: log.WithName("slurmrest")})
+	slurm, err := slurmrest.New(slurmrest.Config{BaseURL: *o.restURL, UserName: *o.restUser, TokenSource: tokens,
+		Version: *o.restVersion, Logger: log.WithName("slurmrest")})
 	if err != nil {
 		return err
 	}
@@ -105,22 +138,69 @@ func runController(ctx context.Context, args []string) error {
 		log.Info("slurmrestd API version", "version", v)
 	}
 	cancel()
-	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: *juiceURL, TokenFile: *juiceToken, Log: log.WithName("juice")})
+	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: *o.juiceURL, TokenFile: *o.juiceToken, Log: log.WithName("juice")})
 	if err != nil {
 		return err
 	}
-	if *holder == "" {
+	if *o.holder == "" {
 		host, _ := os.Hostname()
-		*holder = fmt.Sprintf("%s:%d", host, os.Getpid())
+		*o.holder = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
 	c := &controller.Controller{
-		Config: controller.Config{Cluster: *cluster, PollInterval: *poll, WaitPoll: *waitPoll, Holder: *holder,
-			Lookahead: reconcile.Lookahead{PerPool: *perPool, Window: *window}, TrustComment: *trustComment,
-			HookListen: *hookListen, LeaseTTL: *leaseTTL, LeaseRenew: *leaseTTL / 3, Sweep: *sweep, Workers: *workers,
+		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
+			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, Window: *o.window}, TrustComment: *o.trustComment,
+			HookListen: *o.hookListen, LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
 			Policy: limits},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log,
 	}
+	was := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { was[f.Name] = f.Value.String() })
+	go retuneOnHangup(ctx, hup, c, args, was, level, log)
 	return c.Run(ctx)
+}
+
+// onRetune is told of every retune (tests).
+var onRetune = func(controller.Tuning, zapcore.Level) {}
+
+// retunable are the settings SIGHUP applies (controller.Tuning, and the log level).
+var retunable = map[string]bool{"poll-interval": true, "lookahead-per-pool": true, "lookahead-window": true,
+	"sweep-interval": true, "log-level": true, "config": true}
+
+// retuneOnHangup re-reads the settings on every SIGHUP and hands what may change at run time to the controller;
+// a setting that takes a restart is named in the log, and a bad file leaves everything as it was.
+func retuneOnHangup(ctx context.Context, hup <-chan os.Signal, c *controller.Controller, args []string, was map[string]string,
+	level zap.AtomicLevel, log logr.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		fs := flag.NewFlagSet("juice-slurm controller", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		now := controllerFlags(fs)
+		if err := parseFlags(fs, args); err != nil {
+			log.Error(err, "SIGHUP: the settings do not parse; nothing changed")
+			continue
+		}
+		l, err := parseLevel(now.level.Value.String())
+		if err != nil {
+			log.Error(err, "SIGHUP: nothing changed")
+			continue
+		}
+		if err := c.Retune(now.tuning()); err != nil {
+			log.Error(err, "SIGHUP: nothing changed")
+			continue
+		}
+		level.SetLevel(l)
+		onRetune(now.tuning(), l)
+		fs.VisitAll(func(f *flag.Flag) {
+			if v, w := f.Value.String(), was[f.Name]; v != w && !retunable[f.Name] {
+				log.Info("SIGHUP: this setting changes at the next restart only", "setting", f.Name, "running", redact(w), "read", redact(v))
+			}
+		})
+		log.Info("SIGHUP: settings re-read", "logLevel", l.String())
+	}
 }
 
 // startupRetry paces the start-up's attempts to reach a service.

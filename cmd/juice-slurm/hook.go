@@ -31,19 +31,33 @@ func runHook(ctx context.Context, which string, args []string) error {
 	return hookMain(ctx, which, args, os.Getenv, os.Stderr)
 }
 
+type hookOpts struct {
+	url, secretFile, stateDir, logFile *string
+	prologWait, epilogWait             *time.Duration
+	trustComment                       *bool
+}
+
+func hookFlags(fs *flag.FlagSet) *hookOpts {
+	return &hookOpts{
+		url:          fs.String("hook-url", "http://127.0.0.1:7171", "the controller's hook API"),
+		secretFile:   fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "file holding the hook secret (mode 0600)"),
+		stateDir:     fs.String("state-dir", "/var/spool/juice-slurm/sessions", "the shared state directory for session files"),
+		prologWait:   fs.Duration("prolog-wait", 240*time.Second, "how long the prolog waits for a session; keep it well below srun's give-up time (450s by default)"),
+		epilogWait:   fs.Duration("epilog-wait", 15*time.Second, "how long the epilog waits for the release"),
+		trustComment: fs.Bool("trust-comment", false, "also treat a job whose SLURM_JOB_COMMENT is a Juice request as a Juice job (the controller must trust comments too)"),
+		logFile:      fs.String("hook-log", "", "also append progress to this file (slurmctld 22.05 discards the hooks' output)"),
+	}
+}
+
 // hookMain is runHook with slurmctld's environment and the hook's stderr given.
 func hookMain(ctx context.Context, which string, args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("juice-slurm hook "+which, flag.ContinueOnError)
-	url := fs.String("hook-url", "http://127.0.0.1:7171", "the controller's hook API")
-	secretFile := fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "file holding the hook secret (mode 0600)")
-	stateDir := fs.String("state-dir", "/var/spool/juice-slurm/sessions", "the shared state directory for session files")
-	prologWait := fs.Duration("prolog-wait", 240*time.Second, "how long the prolog waits for a session; keep it well below srun's give-up time (450s by default)")
-	epilogWait := fs.Duration("epilog-wait", 15*time.Second, "how long the epilog waits for the release")
-	trustComment := fs.Bool("trust-comment", false, "also treat a job whose SLURM_JOB_COMMENT is a Juice request as a Juice job (the controller must trust comments too)")
-	logFile := fs.String("hook-log", "", "also append progress to this file (slurmctld 22.05 discards the hooks' output)")
+	o := hookFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	url, secretFile, stateDir, prologWait, epilogWait, trustComment, logFile := o.url, o.secretFile, o.stateDir,
+		o.prologWait, o.epilogWait, o.trustComment, o.logFile
 	h := &hook{stateDir: *stateDir, out: stderr, exitCode: getenv("SLURM_JOB_EXIT_CODE2"),
 		client: &hookapi.Client{URL: *url, Secret: secretfile.New(*secretFile, secretfile.MinLength(16))}}
 	if *logFile != "" {

@@ -5,7 +5,10 @@
 //	juice-slurm status              runs by state and pool, and who leads
 //	juice-slurm describe job N      every transition of each run of job N, with its reason
 //	juice-slurm release job N       release job N's sessions now
+//	juice-slurm settings [COMMAND]  the settings a command runs with, and where each came from
 //	juice-slurm version
+//
+// Exit status: 0 done, 1 failed, 2 bad usage (a bad flag, setting or argument), 3 not found.
 package main
 
 import (
@@ -29,10 +32,16 @@ Usage:
   juice-slurm status [flags]              runs by state and pool
   juice-slurm describe job N [flags]      the history of job N's reservations
   juice-slurm release job N [flags]       release job N's sessions now
+  juice-slurm settings [COMMAND] [flags]  the settings COMMAND (default controller) runs with, and their source
   juice-slurm version
 
-Every flag can also be given as an environment variable JUICE_<FLAG> (upper case, '-' as '_'), or as a
-'flag = value' line in the file named by --config; a flag on the command line wins over both.
+Settings: every flag can also be given as an environment variable JUICE_<FLAG> (upper case, '-' as '_') or as
+a 'flag = value' line in the configuration file, ` + DefaultConfig + ` (another with --config or
+JUICE_CONFIG). One file serves every command. Precedence: command line, then environment, then file, then the
+flag's default. The controller re-reads the file on SIGHUP (poll-interval, lookahead-*, sweep-interval,
+log-level); other settings change at the next restart.
+
+Exit status: 0 done, 1 failed, 2 bad usage, 3 not found.
 Run 'juice-slurm COMMAND --help' for a command's flags.
 `
 
@@ -49,8 +58,37 @@ func main() {
 			os.Exit(int(ec))
 		}
 		fmt.Fprintln(os.Stderr, "juice-slurm:", err)
-		os.Exit(1)
+		os.Exit(exitStatusOf(err))
 	}
+}
+
+// Exit statuses a script can tell apart.
+const (
+	exitFailed   = 1
+	exitUsage    = 2
+	exitNotFound = 3
+)
+
+// usageError is a bad flag, setting or argument: exit status 2.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// notFoundError is an object that does not exist (a job without a reservation): exit status 3.
+type notFoundError struct{ error }
+
+func (e notFoundError) Unwrap() error { return e.error }
+
+func exitStatusOf(err error) int {
+	var u usageError
+	var nf notFoundError
+	switch {
+	case errors.As(err, &nf):
+		return exitNotFound
+	case errors.As(err, &u):
+		return exitUsage
+	}
+	return exitFailed
 }
 
 // exitCode ends the program with a code and no further message (the command printed its own).
@@ -68,16 +106,18 @@ func run(ctx context.Context, args []string) error {
 		return runController(ctx, rest)
 	case "hook":
 		if len(rest) == 0 || (rest[0] != "prolog" && rest[0] != "epilog") {
-			return fmt.Errorf("usage: juice-slurm hook prolog|epilog [flags]")
+			return usageError{fmt.Errorf("usage: juice-slurm hook prolog|epilog [flags]")}
 		}
 		return runHook(ctx, rest[0], rest[1:])
 	case "status":
 		return runStatus(ctx, rest)
 	case "describe", "release":
 		if len(rest) < 2 || rest[0] != "job" {
-			return fmt.Errorf("usage: juice-slurm %s job N [flags]", cmd)
+			return usageError{fmt.Errorf("usage: juice-slurm %s job N [flags]", cmd)}
 		}
 		return runJobCommand(ctx, cmd, rest[1], rest[2:])
+	case "settings":
+		return runSettings(os.Stdout, rest)
 	case "version", "--version":
 		fmt.Println("juice-slurm", Version)
 		return nil
@@ -86,6 +126,6 @@ func run(ctx context.Context, args []string) error {
 		return nil
 	default:
 		fmt.Fprint(os.Stderr, usage)
-		return fmt.Errorf("unknown command %q", cmd)
+		return usageError{fmt.Errorf("unknown command %q", cmd)}
 	}
 }

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/juice-slurm/juice-slurm/controller"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
+)
+
+// SIGHUP re-reads the file and retunes the running controller; it never stops it, and a file that does not parse
+// changes nothing. The controller runs in this process, against the test bed's PostgreSQL (slurmrestd and the
+// Juice Controller need not answer for this).
+func TestSighupRetunesAndNeverStops(t *testing.T) {
+	dbURL := testbed.NewDatabase(t)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		return p
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	base := "cluster = hup\ndatabase-url = " + dbURL + "\njuice-token-file = " + write("juice.token", "m2m_test\n") +
+		"\ncluster-key = " + write("cluster.key", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n") +
+		"\nhook-secret = " + write("hook.secret", "a-hook-secret-of-some-length\n") +
+		"\nhook-listen = " + addr + "\nslurmrestd-url = http://127.0.0.1:1\njuice-url = http://127.0.0.1:1\n"
+	conf := write("juice-slurm.conf", base+"poll-interval = 1h\nlookahead-per-pool = 2\nlog-level = info\n")
+
+	retunes := make(chan controller.Tuning, 4)
+	levels := make(chan zapcore.Level, 4)
+	onRetune = func(tu controller.Tuning, l zapcore.Level) { retunes <- tu; levels <- l }
+	t.Cleanup(func() { onRetune = func(controller.Tuning, zapcore.Level) {} })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"controller", "--config", conf, "--log-format", "console"}) }()
+	ready := func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !ready() {
+		select {
+		case err := <-done:
+			t.Fatalf("the controller stopped at start: %v", err)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "the controller's hook API is not ready within 30s")
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	write("juice-slurm.conf", base+"poll-interval = 1h\nlookahead-per-pool = 7\nlookahead-window = 5m\nlog-level = debug\ncluster = renamed\n")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	select {
+	case tu := <-retunes:
+		require.Equal(t, 7, tu.Lookahead.PerPool)
+		require.Equal(t, 5*time.Minute, tu.Lookahead.Window)
+		require.Equal(t, time.Hour, tu.PollInterval)
+		require.Equal(t, zapcore.DebugLevel, <-levels)
+	case err := <-done:
+		t.Fatalf("SIGHUP stopped the controller: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no retune within 10s of SIGHUP")
+	}
+
+	write("juice-slurm.conf", base+"poll-interval = soon\n")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	select {
+	case tu := <-retunes:
+		t.Fatalf("a file that does not parse retuned the controller: %+v", tu)
+	case err := <-done:
+		t.Fatalf("SIGHUP with a bad file stopped the controller: %v", err)
+	case <-time.After(time.Second): // the signals were handled or are queued; either way nothing may change
+	}
+	require.True(t, ready(), "still serving")
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the controller did not stop within 10s of its context")
+	}
+}
