@@ -48,14 +48,16 @@ test-go:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 # The test bed itself: a job through slurmrestd on the real slurmd, and PostgreSQL.
-test-smoke:
-	$(GO) test -count=1 -tags smoke ./test/smoke/
+# Every target that runs jobs on the host's cluster holds the host lock and wires this checkout's plugin and hooks
+# first: another checkout may have wired its own in between.
+test-smoke: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) test -count=1 -tags smoke ./test/smoke/'
 
 test-e2e: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) test -race -count=1 -timeout 20m -tags e2e ./test/e2e/...'
 
-test-compat:
-	bash test/chroot/test-compat.sh
+test-compat: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/chroot/test-compat.sh'
 
 testbed-up:
 	bash test/testbed.sh up
