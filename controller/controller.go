@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,10 @@ type Config struct {
 	TrustComment bool
 	// HookListen is the hook API's address. Default 127.0.0.1:7171.
 	HookListen string
+	// MetricsListen is the address of /metrics (with /healthz and /readyz), apart from the hook API so that
+	// scrapes and probes can be let through a firewall the hooks' port is not. Default: the hook API's host with
+	// its port + 1000 (127.0.0.1:8171); "none" serves no metrics.
+	MetricsListen string
 	// MaxHookWait caps one hook call's wait. Default 30s.
 	MaxHookWait time.Duration
 	// Policy is the site's limits on requests (juice-policy.conf); nil: the grammar's bounds only.
@@ -87,6 +92,23 @@ func (c *Config) defaults() {
 	}
 }
 
+// MetricsAddr is the default metrics address for a hook API address: the same host, the port + 1000 (port 0, a
+// free port, stays 0).
+func MetricsAddr(hookListen string) (string, error) {
+	host, port, err := net.SplitHostPort(hookListen)
+	if err != nil {
+		return "", fmt.Errorf("hook address %q: %w", hookListen, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535-1000 {
+		return "", fmt.Errorf("hook address %q: port %q has no metrics port 1000 above it: set the metrics address", hookListen, port)
+	}
+	if p != 0 {
+		p += 1000
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p)), nil
+}
+
 // Tuning is what may change while a replica runs (Controller.Retune, on SIGHUP). Everything else in Config takes
 // a restart: the cluster, the addresses and the trust of comments decide who this replica is and whom it believes.
 type Tuning struct {
@@ -108,6 +130,8 @@ type Controller struct {
 	Metrics *Metrics
 	// Listener, when set, is used by the hook API instead of listening on HookListen (tests).
 	Listener net.Listener
+	// MetricsListener, when set, is used for /metrics instead of listening on MetricsListen (tests).
+	MetricsListener net.Listener
 
 	crashed atomic.Bool // set by tests: stop as a killed replica would, leaving the lease to expire
 	tuning  atomic.Pointer[Tuning]
@@ -136,8 +160,23 @@ func (c *Controller) Run(ctx context.Context) error {
 			return fmt.Errorf("hook API: %w", err)
 		}
 	}
+	mln, err := c.metricsListener()
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	srv := &http.Server{Handler: hooks.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	msrv := &http.Server{Handler: hooks.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
+	if mln != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				c.Log.Error(err, "metrics listener stopped")
+			}
+		}()
+	}
 	wg.Add(3)
 	go func() { defer wg.Done(); hub.Run(ctx) }()
 	go func() {
@@ -150,11 +189,17 @@ func (c *Controller) Run(ctx context.Context) error {
 		TTL: c.Config.LeaseTTL, Renew: c.Config.LeaseRenew, Log: c.Log.WithName("lease"),
 		OnLead: func(ctx context.Context) { c.lead(ctx, hub) }, Leading: c.Metrics.setLeader, KeepLease: c.crashed.Load}
 	go func() { defer wg.Done(); el.Run(ctx) }()
-	c.Log.Info("controller started", "cluster", c.Config.Cluster, "hookAPI", ln.Addr().String(), "holder", c.Config.Holder)
+	metricsAt := "none"
+	if mln != nil {
+		metricsAt = mln.Addr().String()
+	}
+	c.Log.Info("controller started", "cluster", c.Config.Cluster, "hookAPI", ln.Addr().String(), "metrics", metricsAt,
+		"holder", c.Config.Holder)
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	_ = msrv.Shutdown(sctx)
 	wg.Wait()
 	c.Log.Info("controller stopped")
 	return nil
@@ -195,6 +240,28 @@ func (c *Controller) Tuning() Tuning {
 		return *t
 	}
 	return Tuning{PollInterval: c.Config.PollInterval, Lookahead: c.Config.Lookahead, Sweep: c.Config.Sweep}
+}
+
+// metricsListener listens for /metrics; nil when metrics are off.
+func (c *Controller) metricsListener() (net.Listener, error) {
+	if c.MetricsListener != nil {
+		return c.MetricsListener, nil
+	}
+	addr := c.Config.MetricsListen
+	switch addr {
+	case "none":
+		return nil, nil
+	case "":
+		var err error
+		if addr, err = MetricsAddr(c.Config.HookListen); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	return ln, nil
 }
 
 // retries is the work queues' backoff for a key whose pass failed.

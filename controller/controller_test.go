@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -408,4 +411,43 @@ func TestRetuneWidensTheLookaheadWithoutRestart(t *testing.T) {
 	require.Equal(t, polls+1, h.slurm.Lists(), "one poll, the one the retune asked for")
 	require.Equal(t, time.Hour, c.Tuning().PollInterval, "a zero poll interval keeps the current one")
 	require.ErrorContains(t, c.Retune(Tuning{Lookahead: reconcile.Lookahead{PerPool: -1}}), "look-ahead of -1 per pool")
+}
+
+// /metrics is served on its own listener, not by the hook API; both answer the probes.
+func TestMetricsOnTheirOwnListener(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c, _ := h.startController("a", Config{})
+	get := func(addr net.Addr, path string) (int, string) {
+		resp, err := http.Get("http://" + addr.String() + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	eventually(t, 10*time.Second, "metrics served", func() bool {
+		code, body := get(c.MetricsListener.Addr(), "/metrics")
+		return code == http.StatusOK && strings.Contains(body, "juice_slurm_leader 1")
+	})
+	code, _ := get(c.Listener.Addr(), "/metrics")
+	require.Equal(t, http.StatusNotFound, code, "the hook API does not serve /metrics")
+	for _, ln := range []net.Listener{c.Listener, c.MetricsListener} {
+		for _, p := range []string{"/healthz", "/readyz"} {
+			code, body := get(ln.Addr(), p)
+			require.Equal(t, http.StatusOK, code, "%s%s: %s", ln.Addr(), p, body)
+		}
+	}
+}
+
+func TestMetricsAddrIsTheHookPortPlus1000(t *testing.T) {
+	for in, want := range map[string]string{"127.0.0.1:7171": "127.0.0.1:8171", "[::1]:7171": "[::1]:8171",
+		":7171": ":8171", "127.0.0.1:0": "127.0.0.1:0"} {
+		got, err := MetricsAddr(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	_, err := MetricsAddr("127.0.0.1:65000")
+	require.ErrorContains(t, err, `port "65000" has no metrics port 1000 above it`)
+	_, err = MetricsAddr("localhost")
+	require.ErrorContains(t, err, `hook address "localhost"`)
 }

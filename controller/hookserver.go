@@ -67,6 +67,22 @@ func (a *HookServer) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/prolog", a.auth(a.prolog))
 	mux.HandleFunc("POST /v1/epilog", a.auth(a.epilog))
+	a.probes(mux)
+	return mux
+}
+
+// ProbeHandler serves /metrics, /healthz and /readyz: the controller's metrics listener, apart from the hook API.
+func (a *HookServer) ProbeHandler() http.Handler {
+	mux := http.NewServeMux()
+	a.probes(mux)
+	if a.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
+// probes adds /healthz (the process answers) and /readyz (the replica can do its part).
+func (a *HookServer) probes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if a.Ready != nil {
@@ -77,10 +93,6 @@ func (a *HookServer) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	if a.Metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{}))
-	}
-	return mux
 }
 
 func (a *HookServer) auth(next http.HandlerFunc) http.HandlerFunc {

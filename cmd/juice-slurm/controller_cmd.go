@@ -30,7 +30,7 @@ import (
 // controllerOpts are the controller's settings.
 type controllerOpts struct {
 	cluster, dbURL, restURL, restUser, restToken, restVersion, juiceURL, juiceToken, keyFile, secretFile *string
-	hookListen, holder, policyFile                                                                       *string
+	hookListen, holder, policyFile, metricsListen                                                        *string
 	poll, waitPoll, window, leaseTTL, sweep                                                              *time.Duration
 	perPool, workers                                                                                     *int
 	trustComment                                                                                         *bool
@@ -40,27 +40,28 @@ type controllerOpts struct {
 
 func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 	o := &controllerOpts{
-		cluster:      fs.String("cluster", "", "Slurm's ClusterName (required)"),
-		dbURL:        fs.String("database-url", "", "PostgreSQL URL, e.g. postgres://juice@127.0.0.1:5432/juice (required)"),
-		restURL:      fs.String("slurmrestd-url", "http://127.0.0.1:6820", "slurmrestd: http://host:port or unix:///path"),
-		restUser:     fs.String("slurm-user", "slurm", "user name of the slurmrestd token (an operator, e.g. SlurmUser)"),
-		restToken:    fs.String("slurm-token-file", "", "file holding the slurmrestd JWT, re-read when it changes"),
-		restVersion:  fs.String("slurmrest-version", "", "force a slurmrestd API version, e.g. v0.0.38 (default: the newest offered)"),
-		juiceURL:     fs.String("juice-url", "http://127.0.0.1:7070", "the Juice Controller (or juice-sim)"),
-		juiceToken:   fs.String("juice-token-file", "", "file holding the Juice M2M token, mode 0600 (required)"),
-		keyFile:      fs.String("cluster-key", "/etc/juice-slurm/cluster.key", "the cluster key that seals session files (64 hex characters, mode 0600)"),
-		secretFile:   fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "the secret the hooks present (mode 0600)"),
-		hookListen:   fs.String("hook-listen", "127.0.0.1:7171", "address of the hook API, /healthz and /readyz"),
-		holder:       fs.String("holder", "", "this replica's name in the leader lease (default host:pid)"),
-		poll:         fs.Duration("poll-interval", 2*time.Second, "time between two listings of slurmrestd (SIGHUP re-reads it)"),
-		waitPoll:     fs.Duration("session-poll", time.Second, "how often a queued session is looked at"),
-		perPool:      fs.Int("lookahead-per-pool", reconcile.DefaultLookahead.PerPool, "pending jobs reserved ahead per pool, by Slurm priority (SIGHUP re-reads it)"),
-		window:       fs.Duration("lookahead-window", reconcile.DefaultLookahead.Window, "also reserve pending jobs Slurm expects to start within this time (SIGHUP re-reads it)"),
-		trustComment: fs.Bool("trust-comment", false, "also read requests from the job comment, which its owner can change (default: admin_comment only)"),
-		leaseTTL:     fs.Duration("lease-ttl", 15*time.Second, "leader lease time to live"),
-		sweep:        fs.Duration("sweep-interval", 5*time.Minute, "how often to cancel sessions that belong to no live run (negative: never; SIGHUP re-reads it)"),
-		workers:      fs.Int("workers", 4, "reconcile workers"),
-		policyFile:   fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)"),
+		cluster:       fs.String("cluster", "", "Slurm's ClusterName (required)"),
+		dbURL:         fs.String("database-url", "", "PostgreSQL URL, e.g. postgres://juice@127.0.0.1:5432/juice (required)"),
+		restURL:       fs.String("slurmrestd-url", "http://127.0.0.1:6820", "slurmrestd: http://host:port or unix:///path"),
+		restUser:      fs.String("slurm-user", "slurm", "user name of the slurmrestd token (an operator, e.g. SlurmUser)"),
+		restToken:     fs.String("slurm-token-file", "", "file holding the slurmrestd JWT, re-read when it changes"),
+		restVersion:   fs.String("slurmrest-version", "", "force a slurmrestd API version, e.g. v0.0.38 (default: the newest offered)"),
+		juiceURL:      fs.String("juice-url", "http://127.0.0.1:7070", "the Juice Controller (or juice-sim)"),
+		juiceToken:    fs.String("juice-token-file", "", "file holding the Juice M2M token, mode 0600 (required)"),
+		keyFile:       fs.String("cluster-key", "/etc/juice-slurm/cluster.key", "the cluster key that seals session files (64 hex characters, mode 0600)"),
+		secretFile:    fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "the secret the hooks present (mode 0600)"),
+		hookListen:    fs.String("hook-listen", "127.0.0.1:7171", "address of the hook API, /healthz and /readyz"),
+		metricsListen: fs.String("metrics-listen", "", "address of /metrics, /healthz and /readyz (default: the hook API's port + 1000; none: off)"),
+		holder:        fs.String("holder", "", "this replica's name in the leader lease (default host:pid)"),
+		poll:          fs.Duration("poll-interval", 2*time.Second, "time between two listings of slurmrestd (SIGHUP re-reads it)"),
+		waitPoll:      fs.Duration("session-poll", time.Second, "how often a queued session is looked at"),
+		perPool:       fs.Int("lookahead-per-pool", reconcile.DefaultLookahead.PerPool, "pending jobs reserved ahead per pool, by Slurm priority (SIGHUP re-reads it)"),
+		window:        fs.Duration("lookahead-window", reconcile.DefaultLookahead.Window, "also reserve pending jobs Slurm expects to start within this time (SIGHUP re-reads it)"),
+		trustComment:  fs.Bool("trust-comment", false, "also read requests from the job comment, which its owner can change (default: admin_comment only)"),
+		leaseTTL:      fs.Duration("lease-ttl", 15*time.Second, "leader lease time to live"),
+		sweep:         fs.Duration("sweep-interval", 5*time.Minute, "how often to cancel sessions that belong to no live run (negative: never; SIGHUP re-reads it)"),
+		workers:       fs.Int("workers", 4, "reconcile workers"),
+		policyFile:    fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)"),
 	}
 	o.newLog = logFlags(fs)
 	o.level = fs.Lookup("log-level")
@@ -149,7 +150,7 @@ func runController(ctx context.Context, args []string) error {
 	c := &controller.Controller{
 		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
 			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, Window: *o.window}, TrustComment: *o.trustComment,
-			HookListen: *o.hookListen, LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
+			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
 			Policy: limits},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log,
 	}

@@ -232,3 +232,37 @@ func TestEpilogRemovesTheSessionAndNeverFails(t *testing.T) {
 	require.Equal(t, 0, exitStatus(w.run("epilog")))
 	require.Contains(t, w.stderr.String(), "the controller releases the session when it sees the job end")
 }
+
+// A list of hook URLs is tried in turn: a replica that is down (nothing listens) or cannot serve (503) is
+// passed over, and the next call starts at the replica that answered.
+func TestHookURLListSkipsAReplicaThatIsDown(t *testing.T) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL
+	down.Close() // nothing listens there any more
+	unready := &fakeAPI{script: []func(http.ResponseWriter){status(http.StatusServiceUnavailable, "not ready: database")}}
+	us := httptest.NewServer(unready)
+	t.Cleanup(us.Close)
+	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting, State: "waiting", Reason: "queued"}),
+		answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"}))
+	w.url = downURL + "," + us.URL + ", " + w.url + "/"
+	require.Equal(t, 0, exitStatus(w.run("prolog")), w.stderr.String())
+	require.Len(t, w.api.prologs, 2, "the live replica served both calls")
+	require.Equal(t, 1, unready.calls, "the second call went straight to the replica that answered")
+	_, err := os.Stat(filepath.Join(w.stateDir, "42.1.session"))
+	require.NoError(t, err)
+
+	// A refusal is final: the next replica is not asked to overrule it.
+	w = newHookWorld(t, status(http.StatusUnauthorized, "unauthorized"))
+	other := &fakeAPI{script: []func(http.ResponseWriter){answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"})}}
+	os2 := httptest.NewServer(other)
+	t.Cleanup(os2.Close)
+	w.url = w.url + "," + os2.URL
+	require.Equal(t, 1, exitStatus(w.run("prolog")))
+	require.Zero(t, other.calls)
+
+	// Every replica down: the prolog retries until its deadline and says which replicas failed.
+	w = newHookWorld(t, status(http.StatusServiceUnavailable, "not ready"))
+	w.url = downURL + "," + w.url
+	require.Equal(t, 1, exitStatus(w.run("prolog", "--prolog-wait", "500ms")))
+	require.Contains(t, w.stderr.String(), downURL)
+}

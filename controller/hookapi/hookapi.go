@@ -20,6 +20,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
@@ -74,12 +75,42 @@ const MaxBody = 1 << 20
 
 // Client calls the hook API.
 type Client struct {
-	// URL is the controller's hook API, e.g. http://127.0.0.1:7171.
+	// URL is the controller's hook API, e.g. http://127.0.0.1:7171, or a comma-separated list of replicas'
+	// (http://ctl1:7171,http://ctl2:7171): a call goes to the one that answered last and moves on to the next
+	// when a replica cannot be reached or says it cannot serve (502, 503, 504). Every replica serves every call
+	// from PostgreSQL, so any of them will do.
 	URL string
 	// Secret is the hook secret file.
 	Secret *secretfile.File
 	// HTTP, when set, is used as is; otherwise a client that never follows a redirect.
 	HTTP *http.Client
+
+	mu   sync.Mutex
+	last int // the replica that answered last
+}
+
+// urls is the list of replicas in URL.
+func (c *Client) urls() []string {
+	var out []string
+	for _, u := range strings.Split(c.URL, ",") {
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// unavailable reports whether another replica may serve a call that failed with err: this one could not be
+// reached or said it cannot serve. A refusal (4xx) or an answer is final, as is a call whose time ran out.
+func unavailable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return he.Code == http.StatusBadGateway || he.Code == http.StatusServiceUnavailable || he.Code == http.StatusGatewayTimeout
+	}
+	return err != nil
 }
 
 // An HTTPError is an answer other than 200.
@@ -132,7 +163,35 @@ func (c *Client) call(ctx context.Context, path string, in, out any, waitSeconds
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(waitSeconds*float64(time.Second))+callSlack)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.URL, "/")+path, bytes.NewReader(body))
+	urls := c.urls()
+	if len(urls) == 0 {
+		return fmt.Errorf("no hook API URL")
+	}
+	c.mu.Lock()
+	first := c.last % len(urls)
+	c.mu.Unlock()
+	var errs []string
+	for i := range urls {
+		n := (first + i) % len(urls)
+		err := c.callOne(ctx, urls[n], path, secret, body, out)
+		if !unavailable(ctx, err) || i == len(urls)-1 {
+			if err == nil || len(errs) == 0 {
+				c.mu.Lock()
+				c.last = n
+				c.mu.Unlock()
+				return err
+			}
+			// The last replica's answer decides (IsPermanent looks at it), the others are told.
+			return fmt.Errorf("%s: %w (and before it: %s)", urls[n], err, strings.Join(errs, "; "))
+		}
+		errs = append(errs, fmt.Sprintf("%s: %v", urls[n], err))
+	}
+	panic("unreachable: the last replica's answer returns")
+}
+
+// callOne makes the call to one replica.
+func (c *Client) callOne(ctx context.Context, base, path, secret string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
