@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -21,12 +22,14 @@ import (
 // storeOpts are the settings of the commands that read the database.
 type storeOpts struct {
 	dbURL, cluster *string
+	json           *bool
 }
 
 func storeFlags(fs *flag.FlagSet) *storeOpts {
 	return &storeOpts{
 		dbURL:   fs.String("database-url", "", "PostgreSQL URL (required)"),
 		cluster: fs.String("cluster", "", "Slurm's ClusterName (required)"),
+		json:    fs.Bool("json", false, "print JSON (times in RFC 3339, UTC) instead of a table"),
 	}
 }
 
@@ -60,10 +63,9 @@ func openStore(ctx context.Context, fs *flag.FlagSet, o *storeOpts, args []strin
 	return store.New(pool, *cluster), *cluster, pool.Close, nil
 }
 
-func runStatus(ctx context.Context, args []string) error {
+func runStatus(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("juice-slurm status", flag.ContinueOnError)
 	o := statusFlags(fs)
-	all := o.all
 	st, cluster, closeFn, err := openStore(ctx, fs, o.storeOpts, args)
 	if err != nil {
 		return err
@@ -77,26 +79,25 @@ func runStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if holder == "" {
-		fmt.Println("leader: none (no controller is reconciling)")
-	} else {
-		fmt.Printf("leader: %s (lease until %s)\n", holder, until.Local().Format(time.TimeOnly))
+	open, err := st.Open(ctx)
+	if err != nil {
+		return err
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	if *o.json {
+		return writeJSON(out, statusJSON(cluster, holder, until, counts, open))
+	}
+	if holder == "" {
+		fmt.Fprintln(out, "leader: none (no controller is reconciling)")
+	} else {
+		fmt.Fprintf(out, "leader: %s (lease until %s)\n", holder, until.Local().Format(dated))
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprint(w, "POOL")
 	for _, s := range reconcile.States {
 		fmt.Fprintf(w, "\t%s", strings.ToUpper(string(s)))
 	}
 	fmt.Fprintln(w)
-	pools := map[string]map[reconcile.State]int{}
-	var order []string
-	for _, c := range counts {
-		if pools[c.Pool] == nil {
-			pools[c.Pool] = map[reconcile.State]int{}
-			order = append(order, c.Pool)
-		}
-		pools[c.Pool][c.State] = c.N
-	}
+	pools, order := byPool(counts)
 	for _, p := range order {
 		fmt.Fprint(w, p)
 		for _, s := range reconcile.States {
@@ -107,33 +108,143 @@ func runStatus(ctx context.Context, args []string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	open, err := st.Open(ctx)
-	if err != nil || (!*all && len(open) > 20) {
-		if err == nil {
-			fmt.Printf("%d open runs (--all lists them)\n", len(open))
-		}
-		return err
+	if !*o.all && len(open) > 20 {
+		fmt.Fprintf(out, "%d open runs (--all lists them)\n", len(open))
+		return nil
 	}
 	if len(open) > 0 {
-		fmt.Println()
-		w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "JOB\tRUN\tUSER\tREQUEST\tSTATE\tJOB STATE\tAGE\tREASON")
+		fmt.Fprintln(out)
+		w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "JOB\tRUN\tUSER\tREQUEST\tSTATE\tJOB STATE\tCREATED\tAGE\tREASON")
 		for _, r := range open {
-			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Run.JobID, r.Run.Run, r.UserName, r.Request.Describe(),
-				r.Status.State, r.Spec.JobState, time.Since(r.CreatedAt).Round(time.Second), r.Status.Reason)
+			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Run.JobID, r.Run.Run, r.UserName, r.Request.Describe(),
+				r.Status.State, r.Spec.JobState, r.CreatedAt.Local().Format(time.DateTime),
+				time.Since(r.CreatedAt).Round(time.Second), r.Status.Reason)
 		}
 		return w.Flush()
 	}
 	return nil
 }
 
-func runJobCommand(ctx context.Context, cmd, jobArg string, args []string) error {
+// dated is how the tables print a time: with its date, to the millisecond, in local time.
+const dated = "2006-01-02 15:04:05.000"
+
+func byPool(counts []store.Count) (map[string]map[reconcile.State]int, []string) {
+	pools := map[string]map[reconcile.State]int{}
+	var order []string
+	for _, c := range counts {
+		if pools[c.Pool] == nil {
+			pools[c.Pool] = map[reconcile.State]int{}
+			order = append(order, c.Pool)
+		}
+		pools[c.Pool][c.State] = c.N
+	}
+	return pools, order
+}
+
+func writeJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// The JSON of status and describe: a contract for scripts, so its fields are named here and not taken from the
+// domain types. Times are RFC 3339 in UTC; absent times are left out.
+
+type statusOut struct {
+	Cluster string          `json:"cluster"`
+	Leader  *leaderOut      `json:"leader"`
+	Pools   []poolOut       `json:"pools"`
+	Runs    []reservationJS `json:"runs"`
+}
+
+type leaderOut struct {
+	Holder     string    `json:"holder"`
+	LeaseUntil time.Time `json:"lease_until"`
+}
+
+type poolOut struct {
+	Pool   string         `json:"pool"`
+	States map[string]int `json:"states"`
+}
+
+type requestOut struct {
+	Pool      string `json:"pool"`
+	GPUs      int    `json:"gpus"`
+	VRAMBytes uint64 `json:"vram_bytes,omitempty"`
+	Text      string `json:"text"`
+}
+
+type reservationJS struct {
+	ID           string     `json:"id"`
+	Cluster      string     `json:"cluster"`
+	Job          uint32     `json:"job"`
+	Run          int        `json:"run"`
+	User         string     `json:"user"`
+	Partition    string     `json:"partition"`
+	Request      requestOut `json:"request"`
+	State        string     `json:"state"`
+	Reason       string     `json:"reason"`
+	FailReason   string     `json:"fail_reason,omitempty"`
+	Wanted       bool       `json:"wanted"`
+	WantReason   string     `json:"want_reason,omitempty"`
+	JobState     string     `json:"job_state"`
+	JobReason    string     `json:"job_reason,omitempty"`
+	SessionID    string     `json:"session_id,omitempty"`
+	AgentAddress string     `json:"agent_address,omitempty"`
+	Created      time.Time  `json:"created"`
+	Ready        *time.Time `json:"ready,omitempty"`
+	Events       []eventOut `json:"events,omitempty"`
+}
+
+type eventOut struct {
+	At     time.Time `json:"at"`
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Event  string    `json:"event"`
+	Reason string    `json:"reason"`
+}
+
+func reservationJSON(r reconcile.Reservation) reservationJS {
+	out := reservationJS{ID: r.ID.String(), Cluster: r.Run.Cluster, Job: r.Run.JobID, Run: r.Run.Run, User: r.UserName,
+		Partition: r.Partition, Request: requestOut{Pool: r.Request.Pool, GPUs: r.Request.GPUs, VRAMBytes: r.Request.VRAM,
+			Text: r.Request.String()}, State: string(r.Status.State), Reason: r.Status.Reason, FailReason: r.Status.FailReason,
+		Wanted: r.Spec.Wanted, WantReason: r.Spec.WantReason, JobState: r.Spec.JobState, JobReason: r.Spec.JobReason,
+		SessionID: r.Status.SessionID, AgentAddress: r.Status.AgentAddress, Created: r.CreatedAt.UTC()}
+	if !r.Status.ReadyAt.IsZero() {
+		ready := r.Status.ReadyAt.UTC()
+		out.Ready = &ready
+	}
+	return out
+}
+
+func statusJSON(cluster, holder string, until time.Time, counts []store.Count, open []reconcile.Reservation) statusOut {
+	out := statusOut{Cluster: cluster, Pools: []poolOut{}, Runs: []reservationJS{}}
+	if holder != "" {
+		out.Leader = &leaderOut{Holder: holder, LeaseUntil: until.UTC()}
+	}
+	pools, order := byPool(counts)
+	for _, p := range order {
+		po := poolOut{Pool: p, States: map[string]int{}}
+		for _, s := range reconcile.States {
+			po.States[string(s)] = pools[p][s]
+		}
+		out.Pools = append(out.Pools, po)
+	}
+	for _, r := range open {
+		out.Runs = append(out.Runs, reservationJSON(r))
+	}
+	return out
+}
+
+func runJobCommand(ctx context.Context, out io.Writer, cmd, jobArg string, args []string) error {
 	job, err := strconv.ParseUint(jobArg, 10, 32)
 	if err != nil {
 		return usageError{fmt.Errorf("%s job %q: not a job id", cmd, jobArg)}
 	}
 	fs := flag.NewFlagSet("juice-slurm "+cmd+" job", flag.ContinueOnError)
-	st, cluster, closeFn, err := openStore(ctx, fs, jobFlags(fs), args)
+	o := jobFlags(fs)
+	st, cluster, closeFn, err := openStore(ctx, fs, o, args)
 	if err != nil {
 		return err
 	}
@@ -146,6 +257,11 @@ func runJobCommand(ctx context.Context, cmd, jobArg string, args []string) error
 		return notFoundError{fmt.Errorf("job %d of cluster %s has no Juice reservation", job, cluster)}
 	}
 	if cmd == "release" {
+		type releasedOut struct {
+			Job      uint32 `json:"job"`
+			Released []int  `json:"released_runs"`
+		}
+		rel := releasedOut{Job: uint32(job), Released: []int{}}
 		released := 0
 		for i := range rs {
 			if rs[i].Status.State.Final() {
@@ -156,54 +272,76 @@ func runJobCommand(ctx context.Context, cmd, jobArg string, args []string) error
 				return err
 			}
 			released++
-			fmt.Printf("job %d run %d: %s; the controller cancels its session\n", job, rs[i].Run.Run, rs[i].Status.State)
+			rel.Released = append(rel.Released, rs[i].Run.Run)
+			if !*o.json {
+				fmt.Fprintf(out, "job %d run %d: %s; the controller cancels its session\n", job, rs[i].Run.Run, rs[i].Status.State)
+			}
+		}
+		if *o.json {
+			return writeJSON(out, rel)
 		}
 		if released == 0 {
-			fmt.Printf("job %d: nothing to release (every reservation is final)\n", job)
+			fmt.Fprintf(out, "job %d: nothing to release (every reservation is final)\n", job)
 		}
 		return nil
 	}
+	if *o.json {
+		all := []reservationJS{}
+		for _, r := range rs {
+			evs, err := st.Events(ctx, r.ID)
+			if err != nil {
+				return err
+			}
+			rj := reservationJSON(r)
+			for _, e := range evs {
+				rj.Events = append(rj.Events, eventOut{At: e.At.UTC(), From: string(e.From), To: string(e.To),
+					Event: string(e.Event), Reason: e.Reason})
+			}
+			all = append(all, rj)
+		}
+		return writeJSON(out, all)
+	}
 	for i, r := range rs {
 		if i > 0 {
-			fmt.Println()
+			fmt.Fprintln(out)
 		}
-		fmt.Printf("Job:          %d (cluster %s)\n", r.Run.JobID, r.Run.Cluster)
-		fmt.Printf("Run:          %d\n", r.Run.Run)
-		fmt.Printf("Reservation:  %s\n", r.ID)
-		fmt.Printf("User:         %s\n", r.UserName)
-		fmt.Printf("Partition:    %s\n", r.Partition)
-		fmt.Printf("Request:      %s (%s)\n", r.Request.Describe(), r.Request)
-		fmt.Printf("State:        %s\n", r.Status.State)
-		fmt.Printf("Reason:       %s\n", r.Status.Reason)
+		fmt.Fprintf(out, "Job:          %d (cluster %s)\n", r.Run.JobID, r.Run.Cluster)
+		fmt.Fprintf(out, "Run:          %d\n", r.Run.Run)
+		fmt.Fprintf(out, "Reservation:  %s\n", r.ID)
+		fmt.Fprintf(out, "User:         %s\n", r.UserName)
+		fmt.Fprintf(out, "Partition:    %s\n", r.Partition)
+		fmt.Fprintf(out, "Request:      %s (%s)\n", r.Request.Describe(), r.Request)
+		fmt.Fprintf(out, "State:        %s\n", r.Status.State)
+		fmt.Fprintf(out, "Reason:       %s\n", r.Status.Reason)
 		if r.Status.FailReason != "" {
-			fmt.Printf("Failure:      %s\n", r.Status.FailReason)
+			fmt.Fprintf(out, "Failure:      %s\n", r.Status.FailReason)
 		}
 		if r.Spec.Wanted {
-			fmt.Printf("Wanted:       yes\n")
+			fmt.Fprintf(out, "Wanted:       yes\n")
 		} else {
-			fmt.Printf("Wanted:       no: %s\n", r.Spec.WantReason)
+			fmt.Fprintf(out, "Wanted:       no: %s\n", r.Spec.WantReason)
 		}
-		fmt.Printf("Job state:    %s\n", strings.TrimSpace(r.Spec.JobState+" "+r.Spec.JobReason))
+		fmt.Fprintf(out, "Job state:    %s\n", strings.TrimSpace(r.Spec.JobState+" "+r.Spec.JobReason))
 		if r.Status.SessionID != "" {
-			fmt.Printf("Session:      %s on %s\n", r.Status.SessionID, r.Status.AgentAddress)
+			fmt.Fprintf(out, "Session:      %s on %s\n", r.Status.SessionID, r.Status.AgentAddress)
 		}
-		fmt.Printf("Created:      %s\n", r.CreatedAt.Local().Format(time.DateTime))
+		fmt.Fprintf(out, "Created:      %s\n", r.CreatedAt.Local().Format(dated))
 		if !r.Status.ReadyAt.IsZero() {
-			fmt.Printf("Ready after:  %s\n", r.Status.ReadyAt.Sub(r.CreatedAt).Round(time.Millisecond))
+			fmt.Fprintf(out, "Ready after:  %s\n", r.Status.ReadyAt.Sub(r.CreatedAt).Round(time.Millisecond))
 		}
 		evs, err := st.Events(ctx, r.ID)
 		if err != nil {
 			return err
 		}
-		fmt.Println("Events:")
-		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(out, "Events:")
+		w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "  TIME\tFROM\tTO\tEVENT\tREASON")
 		for _, e := range evs {
 			from := string(e.From)
 			if from == "" {
 				from = "-"
 			}
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", e.At.Local().Format("15:04:05.000"), from, e.To, e.Event, e.Reason)
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", e.At.Local().Format(dated), from, e.To, e.Event, e.Reason)
 		}
 		if err := w.Flush(); err != nil {
 			return err

@@ -110,12 +110,12 @@ func run(ctx context.Context, args []string) error {
 		}
 		return runHook(ctx, rest[0], rest[1:])
 	case "status":
-		return runStatus(ctx, rest)
+		return runStatus(ctx, os.Stdout, rest)
 	case "describe", "release":
 		if len(rest) < 2 || rest[0] != "job" {
 			return usageError{fmt.Errorf("usage: juice-slurm %s job N [flags]", cmd)}
 		}
-		return runJobCommand(ctx, cmd, rest[1], rest[2:])
+		return runJobCommand(ctx, os.Stdout, cmd, rest[1], rest[2:])
 	case "settings":
 		return runSettings(os.Stdout, rest)
 	case "version", "--version":
