@@ -35,13 +35,17 @@ var settingCommands = map[string]func(*flag.FlagSet){
 	"release":    func(fs *flag.FlagSet) { jobFlags(fs) },
 }
 
+// commandLineOnly are flags about one invocation's output: neither the file nor the environment sets them, so a
+// script that runs `status --json` gets JSON and one that runs `status` gets the table, whatever the host says.
+var commandLineOnly = map[string]bool{"json": true, "all": true, "config": true}
+
 // knownSettings is every name the configuration file may hold.
 func knownSettings() map[string]bool {
 	known := map[string]bool{}
 	for name, register := range settingCommands {
 		fs := flag.NewFlagSet(name, flag.ContinueOnError)
 		register(fs)
-		fs.VisitAll(func(f *flag.Flag) { known[f.Name] = true })
+		fs.VisitAll(func(f *flag.Flag) { known[f.Name] = !commandLineOnly[f.Name] })
 	}
 	return known
 }
@@ -96,6 +100,10 @@ func parseFlagsFrom(fs *flag.FlagSet, args []string) (Origins, error) {
 		if origins[f.Name] != "" || err != nil || f.Name == "config" {
 			return
 		}
+		if commandLineOnly[f.Name] {
+			origins[f.Name] = "default"
+			return
+		}
 		env := "JUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		v, ok := os.LookupEnv(env)
 		from := "environment variable " + env
@@ -142,7 +150,7 @@ func readConfig(path string, cmd *flag.FlagSet) (map[string]setting, error) {
 		if !ok {
 			return nil, usageError{fmt.Errorf("%s:%d: want 'setting = value', found %q", path, n, line)}
 		}
-		if !known[k] && cmd.Lookup(k) == nil || k == "config" {
+		if !known[k] {
 			return nil, usageError{fmt.Errorf("%s:%d: unknown setting %q", path, n, k)}
 		}
 		if cmd.Lookup(k) != nil {

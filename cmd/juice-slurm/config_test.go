@@ -96,7 +96,6 @@ slurmrestd-url = http://10.0.0.1:6820
 hook-listen = 0.0.0.0:7171
 hook-url = http://ctl:7171
 prolog-wait = 90s
-all = true
 `), 0o640))
 	for cmd, register := range settingCommands {
 		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
@@ -182,8 +181,9 @@ func TestShippedConfigNamesEverySetting(t *testing.T) {
 		}
 	}
 	known := knownSettings()
-	for name := range known {
-		if name == "config" {
+	for name, ok := range known {
+		if !ok {
+			require.NotContains(t, shown, name, "%s is for the command line only", name)
 			continue
 		}
 		_, ok := shown[name]
@@ -210,4 +210,18 @@ func TestExitStatuses(t *testing.T) {
 	require.Equal(t, exitUsage, exitStatusOf(run(context.Background(), []string{"status", "--config="})), "--database-url is required")
 	require.Equal(t, exitFailed, exitStatusOf(errors.New("boom")))
 	require.Equal(t, exitNotFound, exitStatusOf(fmt.Errorf("describe: %w", notFoundError{errors.New("no such job")})))
+}
+
+// --json and --all are about one invocation: the environment and the file do not set them.
+func TestOutputSwitchesAreForTheCommandLineOnly(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "c.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("json = true\n"), 0o640))
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	statusFlags(fs)
+	require.ErrorContains(t, parseFlags(fs, []string{"--config", conf}), `c.conf:1: unknown setting "json"`)
+	t.Setenv("JUICE_JSON", "true")
+	fs = flag.NewFlagSet("status", flag.ContinueOnError)
+	o := statusFlags(fs)
+	require.NoError(t, parseFlags(fs, []string{"--config="}))
+	require.False(t, *o.json)
 }
