@@ -40,8 +40,8 @@ type options struct {
 	insecureNoAuth                           bool
 	verbosity                                int
 
-	pools, vram  string
-	agents, gpus int
+	pools, vram, profile string
+	agents, gpus         int
 
 	tick, assignDelay, activateDelay, cancelDelay, agentTimeout time.Duration
 
@@ -73,6 +73,7 @@ func newFlags(out io.Writer) (*flag.FlagSet, *options) {
 	fs.Float64Var(&o.faultHang, "fault-hang-rate", 0, "fraction of /v1 requests never answered (until the client gives up)")
 	fs.Float64Var(&o.faultLost, "fault-lost-response-rate", 0, "fraction of /v1 requests processed, then the connection closed before the answer")
 	fs.DurationVar(&o.faultLatency, "fault-latency", 0, "latency added to every /v1 request")
+	fs.StringVar(&o.profile, "profile", "", "behave like a named controller: \"legacy\" switches on every known behaviour of the 2023 open-source controller (no idempotency, no session listing, pools by UUID, ...; juiceapi/README.md)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the fault dice (0 = random)")
 	fs.StringVar(&o.logFormat, "log-format", "console", "log format: json or console")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity (0 = state changes, 1 = more)")
@@ -182,6 +183,13 @@ func buildConfig(fs *flag.FlagSet, o *options) (juicesim.Config, error) {
 		if len(cfg.Pools) == 0 {
 			return cfg, errors.New("--pools: no pool given")
 		}
+	}
+	if set["profile"] || o.configFile == "" {
+		l, err := juicesim.Profile(o.profile)
+		if err != nil {
+			return cfg, fmt.Errorf("--profile: %w", err)
+		}
+		cfg.Legacy = l
 	}
 	override := func(name string, dst *time.Duration, v time.Duration) {
 		if set[name] || o.configFile == "" {

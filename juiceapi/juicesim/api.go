@@ -22,7 +22,7 @@ const IdempotencyKeyHeader = "Idempotency-Key"
 func (s *Sim) routes() http.Handler {
 	mux := http.NewServeMux()
 	v1 := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.instrument(pattern, s.auth(s.withFaults(h))))
+		mux.Handle(pattern, s.instrument(pattern, s.exited(s.auth(s.withFaults(h)))))
 	}
 	v1("GET /v1/status", s.handleStatus)
 	v1("POST /v1/request/session", s.handleRequestSession)
@@ -51,6 +51,21 @@ func (s *Sim) routes() http.Handler {
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	return mux
+}
+
+// exited drops every connection once the simulated controller exited (Legacy.CrashOnNeverFit), as a dead
+// process would refuse them.
+func (s *Sim) exited(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		down := s.crashed != ""
+		s.mu.Unlock()
+		if down {
+			dropConnection(w)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // auth checks the bearer token in constant time; a bad or missing token gets the legacy 401.
@@ -150,7 +165,7 @@ func (s *Sim) handleListAgents(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		_, ok := s.pools[poolID]
 		s.mu.Unlock()
-		if !ok {
+		if !ok && !s.legacy.PoolUUIDs { // legacy: a filter that matches nothing
 			legacyError(w, fmt.Errorf("pool %s %w", poolID, errNotFound))
 			return
 		}
@@ -209,7 +224,7 @@ func (s *Sim) handleGetAgent(w http.ResponseWriter, r *http.Request) {
 		legacyError(w, fmt.Errorf("agent %s %w", r.PathValue("id"), errNotFound))
 		return
 	}
-	writeJSON(w, a.view())
+	writeJSON(w, s.wireAgentLocked(a, false))
 }
 
 // handleUpdateAgent is the agent's heartbeat; a state in the body changes the agent's state.
@@ -245,7 +260,7 @@ func (s *Sim) handleUpdateAgent(w http.ResponseWriter, r *http.Request) {
 
 // poolView counts a pool's agents (not closed) and live sessions (not closed).
 func (s *Sim) poolViewLocked(p *pool) Pool {
-	v := Pool{ID: p.id, Name: p.id, UserCount: 1}
+	v := Pool{ID: p.id, Name: p.name, UserCount: 1}
 	for _, a := range p.agents {
 		if a.state != juiceapi.AgentClosed {
 			v.AgentCount++
@@ -271,7 +286,7 @@ func (s *Sim) handleCreatePool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.lockAndStep()()
-	if _, dup := s.pools[in.Name]; dup {
+	if _, dup := s.poolIDLocked(in.Name); dup {
 		legacyError(w, fmt.Errorf("pool %s already exists", in.Name))
 		return
 	}
@@ -290,7 +305,11 @@ func (s *Sim) handleGetPool(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.poolViewLocked(p))
 }
 
-func (s *Sim) handleListPools(w http.ResponseWriter, _ *http.Request) {
+func (s *Sim) handleListPools(w http.ResponseWriter, r *http.Request) {
+	if s.legacy.PoolUUIDs {
+		http.NotFound(w, r) // the legacy router has no such route
+		return
+	}
 	defer s.lockAndStep()()
 	out := []Pool{}
 	for _, id := range s.poolOrder {

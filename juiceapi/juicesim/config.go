@@ -36,6 +36,9 @@ type Config struct {
 	// endpoints included). Empty disables authentication (tests and demos only).
 	Token string
 
+	// Legacy switches on behaviours of the legacy open-source controller (all of them: Profile("legacy")).
+	Legacy Legacy
+
 	// Faults are injected into /v1 requests; change them at run time with Sim.SetFaults or
 	// PUT /admin/faults.
 	Faults Faults
@@ -152,13 +155,16 @@ func defaultAgentID(pool string, i int) string { return fmt.Sprintf("%s-agent-%d
 //	 "pools": [{"id": "test", "agents": [{"count": 4, "gpus": 8, "vram": "80GiB"}]},
 //	           {"id": "demo", "agents": [{"gpus": 2, "vram": "24GiB", "labels": {"gpu": "l4"}}]}]}
 type FileConfig struct {
-	Tick          *Duration        `json:"tick,omitempty"`
-	AssignDelay   *Duration        `json:"assignDelay,omitempty"`
-	ActivateDelay *Duration        `json:"activateDelay,omitempty"`
-	CancelDelay   *Duration        `json:"cancelDelay,omitempty"`
-	AgentTimeout  *Duration        `json:"agentTimeout,omitempty"`
-	Faults        *Faults          `json:"faults,omitempty"`
-	Pools         []FilePoolConfig `json:"pools"`
+	Tick          *Duration `json:"tick,omitempty"`
+	AssignDelay   *Duration `json:"assignDelay,omitempty"`
+	ActivateDelay *Duration `json:"activateDelay,omitempty"`
+	CancelDelay   *Duration `json:"cancelDelay,omitempty"`
+	AgentTimeout  *Duration `json:"agentTimeout,omitempty"`
+	Faults        *Faults   `json:"faults,omitempty"`
+	// Profile "legacy" switches every Legacy behaviour on; Legacy then switches single ones.
+	Profile string           `json:"profile,omitempty"`
+	Legacy  *Legacy          `json:"legacy,omitempty"`
+	Pools   []FilePoolConfig `json:"pools"`
 }
 
 // FilePoolConfig is a pool in the config file.
@@ -230,6 +236,16 @@ func (fc FileConfig) apply(cfg *Config) error {
 	set(&cfg.AgentTimeout, fc.AgentTimeout)
 	if fc.Faults != nil {
 		cfg.Faults = *fc.Faults
+	}
+	if fc.Profile != "" {
+		l, err := Profile(fc.Profile)
+		if err != nil {
+			return err
+		}
+		cfg.Legacy = l
+	}
+	if fc.Legacy != nil {
+		cfg.Legacy = *fc.Legacy
 	}
 	if len(fc.Pools) == 0 {
 		return errors.New("no pools")

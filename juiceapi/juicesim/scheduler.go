@@ -17,6 +17,7 @@ import (
 
 type pool struct {
 	id     string
+	name   string   // what users type; the id too unless Legacy.PoolUUIDs
 	agents []*agent // first fit walks them in this order
 }
 
@@ -57,7 +58,7 @@ const NoCapacityPrefix = "no capacity: "
 
 // requestLocked creates a queued session, or returns the session already booked with key.
 func (s *Sim) requestLocked(key string, req juiceapi.SessionRequirements) (string, error) {
-	if key != "" {
+	if key != "" && !s.legacy.IgnoreIdempotencyKey {
 		if old, ok := s.keys[key]; ok {
 			if old.req.PoolID != req.PoolID || len(old.req.GPUs) != len(req.GPUs) {
 				s.log.Info("idempotency key reused with other requirements: answering with the first session",
@@ -66,18 +67,28 @@ func (s *Sim) requestLocked(key string, req juiceapi.SessionRequirements) (strin
 			return old.id, nil
 		}
 	}
-	if err := validateRequirements(req); err != nil {
-		return "", err
+	if s.legacy.PoolUUIDs {
+		if _, ok := s.pools[req.PoolID]; !ok {
+			// The legacy insert fails on the pool's foreign key and the error is dropped: an id for nothing.
+			phantom := uuid.NewString()
+			s.log.Info("phantom session: unknown pool id", "pool", req.PoolID, "session", phantom)
+			return phantom, nil
+		}
 	}
-	if err := s.everFitsLocked(req); err != nil {
-		return "", err
+	if !s.legacy.CrashOnNeverFit {
+		if err := validateRequirements(req); err != nil {
+			return "", err
+		}
+		if err := s.everFitsLocked(req); err != nil {
+			return "", err
+		}
 	}
 	now := s.now()
 	ss := &session{id: uuid.NewString(), key: key, state: juiceapi.StateQueued, req: req, created: now, since: now}
 	s.sessions[ss.id] = ss
 	s.order = append(s.order, ss)
 	s.queue = append(s.queue, ss)
-	if key != "" {
+	if key != "" && !s.legacy.IgnoreIdempotencyKey {
 		s.keys[key] = ss
 	}
 	s.dirty = true
@@ -163,6 +174,22 @@ func matches(a *agent, req juiceapi.SessionRequirements) bool {
 // of 0 bytes wants a whole, untouched GPU; a slice wants that much free VRAM and may share a GPU
 // with other sessions' slices. idle pretends nothing is allocated (for "can it ever fit").
 func fit(a *agent, reqs []juiceapi.GPURequirements, idle bool) []grant {
+	return fitProfile(a, reqs, idle, false)
+}
+
+// fitProfile is fit, or with wholeAgent (Legacy.WholeAgentGrant) the legacy placement of whole-GPU requests:
+// an agent with at least as many GPUs gives every one of them, in reverse order, and keeps none back.
+func fitProfile(a *agent, reqs []juiceapi.GPURequirements, idle, wholeAgent bool) []grant {
+	if wholeAgent && len(reqs) > 0 && allWhole(reqs) {
+		if len(a.gpus) < len(reqs) {
+			return nil
+		}
+		grants := make([]grant, 0, len(a.gpus))
+		for i := len(a.gpus) - 1; i >= 0; i-- {
+			grants = append(grants, grant{a.gpus[i], 0})
+		}
+		return grants
+	}
 	taken := make([]bool, len(a.gpus))
 	grants := make([]grant, 0, len(reqs))
 	for _, r := range reqs {
@@ -232,11 +259,26 @@ func (s *Sim) advanceLocked() {
 	}
 }
 
+func allWhole(reqs []juiceapi.GPURequirements) bool {
+	for _, r := range reqs {
+		if r.VRAMRequired != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *Sim) scheduleLocked(now time.Time) {
 	kept := s.queue[:0]
 	for _, ss := range s.queue {
 		if ss.state != juiceapi.StateQueued {
 			continue // cancelled while queued
+		}
+		if s.legacy.CrashOnNeverFit && s.crashed == "" {
+			if why := s.neverFitsActiveLocked(ss.req); why != "" {
+				s.crashed = why
+				s.log.Info("the controller exits (legacy)", "session", ss.id, "reason", why)
+			}
 		}
 		if now.Sub(ss.created) < s.assignDelay || !s.assignLocked(ss, now) {
 			kept = append(kept, ss)
@@ -244,6 +286,32 @@ func (s *Sim) scheduleLocked(now time.Time) {
 	}
 	clear(s.queue[len(kept):])
 	s.queue = kept
+}
+
+// neverFitsActiveLocked is the legacy controller's exit: a queued session that no active agent of its pool can
+// fit even idle (while the pool has an active agent at all), or one for no GPU.
+func (s *Sim) neverFitsActiveLocked(req juiceapi.SessionRequirements) string {
+	if len(req.GPUs) == 0 {
+		return "session must request at least one GPU"
+	}
+	p := s.pools[req.PoolID]
+	if p == nil {
+		return ""
+	}
+	active := false
+	for _, a := range p.agents {
+		if a.state != juiceapi.AgentActive {
+			continue
+		}
+		active = true
+		if matches(a, req) && fitProfile(a, req.GPUs, true, s.legacy.WholeAgentGrant) != nil {
+			return ""
+		}
+	}
+	if !active {
+		return ""
+	}
+	return "unable to find a matching set of GPUs"
 }
 
 func (s *Sim) assignLocked(ss *session, now time.Time) bool {
@@ -255,7 +323,7 @@ func (s *Sim) assignLocked(ss *session, now time.Time) bool {
 		if a.state != juiceapi.AgentActive || !matches(a, ss.req) {
 			continue
 		}
-		grants := fit(a, ss.req.GPUs, false)
+		grants := fitProfile(a, ss.req.GPUs, false, s.legacy.WholeAgentGrant)
 		if grants == nil {
 			continue
 		}
@@ -312,6 +380,12 @@ func (s *Sim) cancelLocked(id string) error {
 		return fmt.Errorf("session %s %w", id, errNotFound)
 	}
 	switch ss.state {
+	case juiceapi.StateClosed:
+		if s.legacy.CancelReopens && ss.agent != nil {
+			ss.state, ss.since = juiceapi.StateCanceling, s.now()
+			s.reopened++
+			s.log.Info("closed session reopened as canceling by a cancel (legacy): a real agent exits now", "session", ss.id)
+		}
 	case juiceapi.StateQueued:
 		s.closeLocked(ss, "cancelled while queued")
 	case juiceapi.StateAssigned, juiceapi.StateActive:
@@ -331,6 +405,10 @@ func (s *Sim) setAgentStateLocked(a *agent, state, why string) {
 	}
 	s.log.Info("agent state", "agent", a.id, "pool", a.poolID, "from", a.state, "to", state, "reason", why)
 	a.state = state
+	if state == juiceapi.AgentMissing && s.legacy.MissingKeepsSessions {
+		s.dirty = true
+		return // legacy: they stay active for ever
+	}
 	if state == juiceapi.AgentMissing || state == juiceapi.AgentClosed {
 		for _, ss := range append([]*session(nil), a.sessions...) {
 			s.closeLocked(ss, "agent "+state)
@@ -350,6 +428,31 @@ func (ss *session) view() juiceapi.Session {
 	}
 	for _, g := range ss.grants {
 		v.GPUs = append(v.GPUs, juiceapi.SessionGPU{Index: g.gpu.index, VRAMRequired: g.bytes})
+	}
+	return v
+}
+
+// wire is a session as GET /v1/session/{id} shows it under the simulator's profile.
+func (s *Sim) wireSessionLocked(ss *session) juiceapi.Session {
+	if s.legacy.EmptyQueuedRead && (ss.state == juiceapi.StateQueued || ss.state == juiceapi.StateClosed && ss.agent == nil) {
+		return juiceapi.Session{} // the legacy read of a session without GPUs fails to decode and answers zero
+	}
+	v := ss.view()
+	if s.legacy.IgnoreIdempotencyKey {
+		v.IdempotencyKey = ""
+	}
+	return v
+}
+
+// wireAgentLocked is an agent as GET /v1/agent/{id} shows it (listing false) or GET /v1/agents (listing true).
+func (s *Sim) wireAgentLocked(a *agent, listing bool) juiceapi.Agent {
+	v := a.view()
+	if listing && s.legacy.NoSessionListing {
+		v.Sessions = []juiceapi.Session{}
+		return v
+	}
+	for i, ss := range a.sessions {
+		v.Sessions[i] = s.wireSessionLocked(ss)
 	}
 	return v
 }
@@ -380,6 +483,9 @@ func (a *agent) view() juiceapi.Agent {
 // hold and never exceeds the GPU; a session's GPUs are distinct and on its one agent; ended and
 // queued sessions hold nothing.
 func (s *Sim) checkLocked() error {
+	if s.reopened > 0 {
+		return fmt.Errorf("%d closed session(s) reopened by a cancel", s.reopened)
+	}
 	held := map[*gpu]uint64{}
 	for _, ss := range s.order {
 		live := ss.state == juiceapi.StateAssigned || ss.state == juiceapi.StateActive || ss.state == juiceapi.StateCanceling
@@ -392,7 +498,8 @@ func (s *Sim) checkLocked() error {
 			}
 			continue
 		}
-		if ss.agent == nil || len(ss.grants) != len(ss.req.GPUs) {
+		whole := s.legacy.WholeAgentGrant && allWhole(ss.req.GPUs)
+		if ss.agent == nil || len(ss.grants) != len(ss.req.GPUs) && !whole {
 			return fmt.Errorf("session %s: %d grants for %d GPUs", ss.id, len(ss.grants), len(ss.req.GPUs))
 		}
 		seen := map[*gpu]bool{}
@@ -404,8 +511,11 @@ func (s *Sim) checkLocked() error {
 			if !ss.agent.owns(g.gpu) {
 				return fmt.Errorf("session %s spans agents (GPU %d not on %s)", ss.id, g.gpu.index, ss.agent.id)
 			}
-			want := ss.req.GPUs[i].VRAMRequired
-			if want == 0 && g.bytes != g.gpu.vram || want != 0 && g.bytes != want {
+			want := uint64(0)
+			if !whole {
+				want = ss.req.GPUs[i].VRAMRequired
+			}
+			if !whole && (want == 0 && g.bytes != g.gpu.vram || want != 0 && g.bytes != want) {
 				return fmt.Errorf("session %s GPU %d: granted %d bytes for %d wanted", ss.id, g.gpu.index, g.bytes, want)
 			}
 			held[g.gpu] += g.bytes

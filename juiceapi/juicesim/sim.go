@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/uuid"
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 )
@@ -46,6 +47,10 @@ type Sim struct {
 	keys      map[string]*session
 	dirty     bool // something changed that may let a queued session in
 
+	legacy   Legacy
+	crashed  string // why the controller "exited" (Legacy.CrashOnNeverFit); every /v1 call is dropped after
+	reopened int    // cancels that reopened a closed session (Legacy.CancelReopens)
+
 	done      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -66,7 +71,7 @@ func New(cfg Config, log logr.Logger) (*Sim, error) {
 		cancelDelay: cfg.CancelDelay, agentTimeout: cfg.AgentTimeout,
 		token: cfg.Token, faults: cfg.Faults,
 		pools: map[string]*pool{}, agents: map[string]*agent{}, sessions: map[string]*session{},
-		keys: map[string]*session{}, done: make(chan struct{}),
+		keys: map[string]*session{}, done: make(chan struct{}), legacy: cfg.Legacy,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -82,7 +87,10 @@ func New(cfg Config, log logr.Logger) (*Sim, error) {
 	for _, pc := range cfg.Pools {
 		p := s.addPoolLocked(pc.ID)
 		for i, ac := range pc.Agents {
-			a := newAgent(pc.ID, i, ac)
+			if ac.ID == "" {
+				ac.ID = defaultAgentID(pc.ID, i) // named after the pool's name, whatever its id
+			}
+			a := newAgent(p.id, i, ac)
 			a.lastSeen = s.now()
 			s.addAgentLocked(p, a)
 		}
@@ -119,8 +127,12 @@ func newAgent(poolID string, i int, ac AgentConfig) *agent {
 	return a
 }
 
-func (s *Sim) addPoolLocked(id string) *pool {
-	p := &pool{id: id}
+func (s *Sim) addPoolLocked(name string) *pool {
+	id := name
+	if s.legacy.PoolUUIDs {
+		id = uuid.NewSHA1(legacyPoolNamespace, []byte(name)).String()
+	}
+	p := &pool{id: id, name: name}
 	s.pools[id] = p
 	s.poolOrder = append(s.poolOrder, id)
 	return p
@@ -185,18 +197,21 @@ func (s *Sim) Session(id string) (juiceapi.Session, error) {
 	if !ok {
 		return juiceapi.Session{}, fmt.Errorf("session %s %w", id, errNotFound)
 	}
-	return ss.view(), nil
+	return s.wireSessionLocked(ss), nil
 }
 
-// Agents lists the agents of a pool (all pools when poolID is empty).
+// Agents lists the agents of a pool (all pools when poolID is empty), as GET /v1/agents does.
 func (s *Sim) Agents(poolID string) []juiceapi.Agent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.maybeAdvanceLocked()
 	out := []juiceapi.Agent{}
 	for _, a := range s.agentList {
+		if s.legacy.NoSessionListing && (a.state != juiceapi.AgentActive || len(out) == 20) {
+			continue // legacy: active agents only, one page of 20
+		}
 		if poolID == "" || a.poolID == poolID {
-			out = append(out, a.view())
+			out = append(out, s.wireAgentLocked(a, true))
 		}
 	}
 	return out
