@@ -296,7 +296,8 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		}
 	})()
 	rc := &reconcile.Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
-		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy}
+		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
+		Liveness: &reconcile.Liveness{Juice: c.Juice, Period: c.Config.ReadyCheck}}
 	ja := &JobActor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics}
 	var wg sync.WaitGroup
 	for i := 0; i < c.Config.Workers; i++ {

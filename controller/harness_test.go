@@ -47,21 +47,30 @@ const (
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessWith(t, juicesim.Legacy{})
+}
+
+// newHarnessWith is newHarness with the simulator behaving like the legacy controller where legacy says so.
+// The client maps the pool name "test" to the controller's id, as an administrator configures it.
+func newHarnessWith(t *testing.T, legacy juicesim.Legacy) *harness {
+	t.Helper()
 	url := testbed.NewDatabase(t)
 	pool, err := pgxpool.New(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	st := store.New(pool, "c1")
 	require.NoError(t, st.Migrate(context.Background()))
-	sim, err := juicesim.StartServer(juicesim.Config{Token: testToken,
+	sim, err := juicesim.StartServer(juicesim.Config{Token: testToken, Legacy: legacy,
 		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*request.GiB)}}, logr.Discard())
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600))
+	poolID, _ := sim.Sim.PoolID("test")
 	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: sim.URL, TokenFile: tokenFile,
-		MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, Timeout: 5 * time.Second})
+		MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, Timeout: 5 * time.Second,
+		Pools: map[string]string{"test": poolID}})
 	require.NoError(t, err)
 	secretFile := filepath.Join(dir, "hook.secret")
 	require.NoError(t, os.WriteFile(secretFile, []byte(hookSecret+"\n"), 0o600))

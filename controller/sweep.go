@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
@@ -18,20 +19,22 @@ import (
 // sessions; the sweep is the net under that, for a session that appeared after its reservation let go.
 //
 // Only sessions whose key names one of our reservations are touched: a key we do not know may belong to another
-// cluster's juice-slurm sharing the pool, so it is left alone. The legacy controller does not report keys; then
-// the sweep finds nothing, and the idempotent re-request in the releasing state is what finds the session.
+// cluster's juice-slurm sharing the pool, so it is left alone. The key is the simulator's idempotencyKey field
+// or the tag in the session's version field (juiceapi.TaggedVersion), which the legacy controller echoes; its
+// agent listing shows no sessions, so every active agent is read (juiceapi.WalkPool). A session booked twice
+// for a run (a lost answer) and still queued when its run let go is found here once it is placed.
 func Sweep(ctx context.Context, st *store.Store, juice juiceapi.Client, log logr.Logger) error {
-	agents, err := juice.ListAgents(ctx, "")
+	view, err := juiceapi.WalkPool(ctx, juice, "", time.Now())
 	if err != nil {
-		return fmt.Errorf("sweep: list agents: %w", err)
+		return fmt.Errorf("sweep: walk the agents: %w", err)
 	}
 	cancelled := 0
-	for _, a := range agents {
+	for _, a := range view.Agents {
 		for _, s := range a.Sessions {
-			if s.Ended() || s.IdempotencyKey == "" {
+			if s.Ended() || s.Key() == "" {
 				continue
 			}
-			key, err := uuid.Parse(s.IdempotencyKey)
+			key, err := uuid.Parse(s.Key())
 			if err != nil {
 				continue
 			}

@@ -201,7 +201,7 @@ func TestAcceptanceIdempotencyKey(t *testing.T) {
 
 	t.Run("lost responses are retried safely", func(t *testing.T) {
 		e := start(t, juicesim.Config{Seed: 3, Faults: juicesim.Faults{LostResponseRate: 0.5}},
-			func(h *juiceapi.HTTPConfig) { h.MaxAttempts = 20 })
+			func(h *juiceapi.HTTPConfig) { h.MaxAttempts, h.IdempotentRequests = 20, true })
 		for range 20 {
 			key := uuid.New()
 			id, err := e.client.RequestSession(ctx, key, req)
@@ -234,6 +234,7 @@ func TestAcceptanceThirtyPercentErrors(t *testing.T) {
 		ActivateDelay: 30 * time.Millisecond, CancelDelay: 30 * time.Millisecond},
 		func(h *juiceapi.HTTPConfig) { // the defaults, not the short test backoff
 			h.MaxAttempts, h.InitialBackoff, h.MaxBackoff, h.Timeout = 0, 0, 0, 0
+			h.IdempotentRequests = true // the simulator honours the key: the POST may be retried
 		})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,29 +129,29 @@ func TestErrors(t *testing.T) {
 				_, err := e.client.RequestSession(ctx, uuid.New(), req("test", 1, 0))
 				return err
 			},
-			route: "POST /v1/request/session", kind: juiceapi.ErrUnauthorized, status: 401, attempts: 1},
+			route: "GET /v1/pools", kind: juiceapi.ErrUnauthorized, status: 401, attempts: 1},
 		{name: "not found", call: func(e *env) error { _, err := e.client.GetSession(ctx, "nope"); return err },
 			route: "GET /v1/session/{id}", kind: juiceapi.ErrNotFound, status: 500, text: "session nope not found", attempts: 1},
-		{name: "cancel unknown", call: func(e *env) error { return e.client.CancelSession(ctx, "nope") },
-			route: "DELETE /v1/session/{id}", kind: juiceapi.ErrNotFound, status: 500, attempts: 1},
+		{name: "cancel unknown: read first, no DELETE", call: func(e *env) error { return e.client.CancelSession(ctx, "nope") },
+			route: "GET /v1/session/{id}", kind: juiceapi.ErrNotFound, status: 500, attempts: 1},
 		{name: "no capacity: unknown pool",
 			call: func(e *env) error {
 				_, err := e.client.RequestSession(ctx, uuid.New(), req("nope", 1, 0))
 				return err
 			},
-			route: "POST /v1/request/session", kind: juiceapi.ErrNoCapacity, status: 500, text: `no capacity: pool "nope" does not exist`, attempts: 1},
+			route: "POST /v1/request/session", kind: juiceapi.ErrNoCapacity, text: `not sent: pool "nope" does not exist`, attempts: 0},
 		{name: "no capacity: too many GPUs",
 			call: func(e *env) error {
 				_, err := e.client.RequestSession(ctx, uuid.New(), req("test", 9, 0))
 				return err
 			},
-			route: "POST /v1/request/session", kind: juiceapi.ErrNoCapacity, status: 500, text: "can ever fit 9 GPU(s)", attempts: 1},
+			route: "POST /v1/request/session", kind: juiceapi.ErrNoCapacity, text: "can ever fit 9 GPU(s)", attempts: 0},
 		{name: "no capacity: too much VRAM",
 			call: func(e *env) error {
 				_, err := e.client.RequestSession(ctx, uuid.New(), req("test", 1, 81*G))
 				return err
 			},
-			route: "POST /v1/request/session", kind: juiceapi.ErrNoCapacity, status: 500, text: "x 81GiB", attempts: 1},
+			route: "POST /v1/request/session", kind: juiceapi.ErrNoCapacity, text: "x 81GiB", attempts: 0},
 		{name: "no capacity: no matching label",
 			call: func(e *env) error {
 				r := req("test", 1, 0)
@@ -157,19 +159,19 @@ func TestErrors(t *testing.T) {
 				_, err := e.client.RequestSession(ctx, uuid.New(), r)
 				return err
 			},
-			route: "POST /v1/request/session", kind: juiceapi.ErrNoCapacity, status: 500, text: "with labels", attempts: 1},
+			route: "POST /v1/request/session", kind: juiceapi.ErrNoCapacity, text: "with labels", attempts: 0},
+		{name: "no capacity: the controller's own refusal", cfg: juicesim.Config{Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 25, 2, 8*G)}},
+			call: func(e *env) error { // 25 agents: more than one legacy page, so the client cannot tell and sends it
+				_, err := e.client.RequestSession(ctx, uuid.New(), req("test", 4, 0))
+				return err
+			},
+			route: "POST /v1/request/session", kind: juiceapi.ErrNoCapacity, status: 500, text: "no capacity: no agent in pool", attempts: 1},
 		{name: "unavailable: 5xx every time", cfg: juicesim.Config{Faults: juicesim.Faults{ErrorRate: 1}},
 			call:  func(e *env) error { _, err := e.client.GetSession(ctx, "x"); return err },
 			route: "GET /v1/session/{id}", kind: juiceapi.ErrUnavailable, status: 500, text: "simulated fault", attempts: 4},
-		{name: "unavailable: POST retried too", cfg: juicesim.Config{Faults: juicesim.Faults{ErrorRate: 1}},
-			call: func(e *env) error {
-				_, err := e.client.RequestSession(ctx, uuid.New(), req("test", 1, 0))
-				return err
-			},
-			route: "POST /v1/request/session", kind: juiceapi.ErrUnavailable, status: 500, attempts: 4},
 		{name: "unavailable: dropped connections", cfg: juicesim.Config{Faults: juicesim.Faults{DropRate: 1}},
 			call:  func(e *env) error { return e.client.CancelSession(ctx, "x") },
-			route: "DELETE /v1/session/{id}", kind: juiceapi.ErrUnavailable, text: "EOF", attempts: 4},
+			route: "GET /v1/session/{id}", kind: juiceapi.ErrUnavailable, text: "EOF", attempts: 4},
 		{name: "unavailable: hangs cut by the attempt timeout", cfg: juicesim.Config{Faults: juicesim.Faults{HangRate: 1}},
 			mod:   func(h *juiceapi.HTTPConfig) { h.Timeout, h.MaxAttempts = 100*time.Millisecond, 2 },
 			call:  func(e *env) error { _, err := e.client.ListAgents(ctx, "test"); return err },
@@ -245,7 +247,9 @@ func TestRequestOnTheWire(t *testing.T) {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
-		got, body = r.Clone(context.Background()), b
+		if r.Method == http.MethodPost {
+			got, body = r.Clone(context.Background()), b
+		}
 		mu.Unlock()
 		r.Body = io.NopCloser(strings.NewReader(string(b)))
 		sim.ServeHTTP(w, r)
@@ -257,9 +261,9 @@ func TestRequestOnTheWire(t *testing.T) {
 	}
 	key := uuid.New()
 	id, err := c.RequestSession(context.Background(), key, juiceapi.SessionRequest{PoolID: "test", GPUs: 2, VRAMPerGPU: 1536 * request.MiB,
-		MatchLabels: map[string]string{"gpu": ""}, Tolerates: map[string]string{}})
-	if err == nil || !errors.Is(err, juiceapi.ErrNoCapacity) { // label gpu="" matches nothing
-		t.Fatalf("want no capacity, got %v (%s)", err, id)
+		Tolerates: map[string]string{}})
+	if err != nil {
+		t.Fatalf("request: %v (%s)", err, id)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -275,7 +279,8 @@ func TestRequestOnTheWire(t *testing.T) {
 	if err := json.Unmarshal(body, &wire); err != nil {
 		t.Fatal(err)
 	}
-	want := `{"gpus":[{"pciBus":"","vramRequired":1610612736},{"pciBus":"","vramRequired":1610612736}],"matchLabels":{"gpu":""},"poolId":"test","tolerates":{},"version":"juice-slurm/test"}`
+	// The key travels in the version field too: the legacy controller ignores the header but echoes the version.
+	want := `{"gpus":[{"pciBus":"","vramRequired":1610612736},{"pciBus":"","vramRequired":1610612736}],"matchLabels":null,"poolId":"test","tolerates":{},"version":"juice-slurm/test key=` + key.String() + `"}`
 	if b, _ := json.Marshal(wire); string(b) != want {
 		t.Errorf("body\n%s\nwant\n%s", b, want)
 	}
@@ -327,5 +332,46 @@ func TestClientValidatesLocally(t *testing.T) {
 	}
 	if _, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: "ftp://x", TokenFile: e.tokenPath}); err == nil {
 		t.Error("ftp URL accepted")
+	}
+}
+
+// TestPostSentOnce: without IdempotentRequests a POST that failed is not repeated by the client (the legacy
+// controller would book a second session); with it, it is retried like a GET.
+func TestPostSentOnce(t *testing.T) {
+	for _, idem := range []bool{false, true} {
+		t.Run(fmt.Sprintf("idempotent=%v", idem), func(t *testing.T) {
+			sim, err := juicesim.New(juicesim.Config{Token: testToken, Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 1, 4, 80*G)}}, nilLog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sim.Close()
+			var posts atomic.Int32
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost {
+					posts.Add(1)
+					sim.ServeHTTP(httptest.NewRecorder(), r) // booked, then the answer is an outage
+					http.Error(w, "bad gateway", http.StatusBadGateway)
+					return
+				}
+				sim.ServeHTTP(w, r)
+			}))
+			defer ts.Close()
+			c, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: ts.URL, TokenFile: writeToken(t, t.TempDir(), testToken, 0o400),
+				MaxAttempts: 3, InitialBackoff: time.Millisecond, IdempotentRequests: idem})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.RequestSession(context.Background(), uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 1})
+			if !errors.Is(err, juiceapi.ErrUnavailable) {
+				t.Fatalf("want unavailable, got %v", err)
+			}
+			want := int32(1)
+			if idem {
+				want = 3
+			}
+			if got := posts.Load(); got != want {
+				t.Fatalf("%d POSTs, want %d", got, want)
+			}
+		})
 	}
 }

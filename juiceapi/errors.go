@@ -45,6 +45,8 @@ func (e *APIError) Error() string {
 		fmt.Fprintf(&b, "HTTP %d: %s", e.StatusCode, e.Message)
 	case e.StatusCode != 0:
 		fmt.Fprintf(&b, "HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+	case e.Message != "":
+		b.WriteString(e.Message)
 	case e.Err != nil:
 		b.WriteString(e.Err.Error())
 	default:

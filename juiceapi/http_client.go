@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -40,6 +43,15 @@ type HTTPConfig struct {
 	HTTPClient *http.Client
 	// Log receives retries at V(1). Default: discard.
 	Log logr.Logger
+	// IdempotentRequests says the controller honours Idempotency-Key (juice-sim does), so a POST whose
+	// answer was lost may be retried like a GET. Off, a POST is sent once and the caller looks for the
+	// session by its key before asking again: the legacy controller books a second session for a repeat.
+	IdempotentRequests bool
+	// Pools maps the pool names users type to the controller's pool ids (the legacy controller knows pools
+	// by UUID only, has no listing, and queues a request for a name that never runs). When set, a name not
+	// in it is refused. When empty, names are looked up with GET /v1/pools (the simulator); a controller
+	// without that route accepts UUIDs only.
+	Pools map[string]string
 }
 
 // Defaults of HTTPConfig.
@@ -60,6 +72,12 @@ type HTTPClient struct {
 	retry    backoff.Policy
 	attempts int
 	version  string
+
+	idempotent bool
+	pools      map[string]string
+	poolMu     sync.Mutex
+	poolSeen   map[string]string // GET /v1/pools: name -> id
+	poolAt     time.Time
 }
 
 var _ Client = (*HTTPClient)(nil)
@@ -87,6 +105,7 @@ func NewHTTPClient(cfg HTTPConfig) (*HTTPClient, error) {
 		retry:    backoff.Policy{Base: cfg.InitialBackoff, Max: cfg.MaxBackoff},
 		attempts: cfg.MaxAttempts,
 		version:  cfg.Version,
+		pools:    cfg.Pools, idempotent: cfg.IdempotentRequests,
 	}
 	if c.log.GetSink() == nil {
 		c.log = logr.Discard()
@@ -135,13 +154,34 @@ func (c *HTTPClient) RequestSession(ctx context.Context, key uuid.UUID, req Sess
 	if key == uuid.Nil {
 		return "", fmt.Errorf("request session in pool %q: the idempotency key is the nil UUID", req.PoolID)
 	}
-	body, err := json.Marshal(req.Requirements(c.version))
+	poolID, err := c.poolID(ctx, req.PoolID)
+	if err != nil {
+		return "", fmt.Errorf("request session in pool %q: %w", req.PoolID, err)
+	}
+	// Never send what no agent can ever hold: the legacy controller accepts it and then exits, again at each
+	// restart while the session is queued. Its listing shows one page of 20 active agents, so a full page
+	// proves nothing and the request goes on.
+	agents, err := c.listAgents(ctx, poolID)
+	if errors.Is(err, ErrNotFound) {
+		return "", &APIError{Method: http.MethodPost, Path: "/v1/request/session", Kind: ErrNoCapacity,
+			Message: fmt.Sprintf("not sent: pool %q does not exist", req.PoolID), Err: err}
+	}
+	if err != nil {
+		return "", fmt.Errorf("request session in pool %q: check the pool's agents first: %w", req.PoolID, err)
+	}
+	if why := CanEverFit(agents, req); why != "" && len(agents) < 20 {
+		return "", &APIError{Method: http.MethodPost, Path: "/v1/request/session", Kind: ErrNoCapacity,
+			Message: fmt.Sprintf("not sent: pool %q: %s", req.PoolID, why)}
+	}
+	wire := req.Requirements(TaggedVersion(c.version, key))
+	wire.PoolID = poolID
+	body, err := json.Marshal(wire)
 	if err != nil {
 		return "", fmt.Errorf("request session in pool %q: %w", req.PoolID, err)
 	}
 	var id string
 	err = c.do(ctx, call{
-		method: http.MethodPost, path: "/v1/request/session", body: body, key: key.String(),
+		method: http.MethodPost, path: "/v1/request/session", body: body, key: key.String(), once: !c.idempotent,
 		decode: func(ct string, b []byte) error {
 			// The legacy answer is the bare id as text/plain. Accept any id-like text (the
 			// production API may not use UUIDs), but not an HTML page or a JSON document.
@@ -182,28 +222,46 @@ func (c *HTTPClient) GetSession(ctx context.Context, id string) (*Session, error
 	return &s, nil
 }
 
-// CancelSession deletes a session. DELETE is idempotent, so it is retried; a session that is
-// already canceling or closed counts as cancelled.
+// CancelSession deletes a session that has not ended. It reads the session before each DELETE, and sends each
+// DELETE once: the legacy controller reopens a closed session it is asked to cancel (and its agent then exits),
+// so a DELETE whose answer was lost is never repeated blind; the next read tells whether it worked.
 func (c *HTTPClient) CancelSession(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return fmt.Errorf("cancel session: %w", err)
 	}
-	err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/session/" + url.PathEscape(id),
-		decode: func(ct string, b []byte) error {
-			var msg string // the legacy answer is a JSON string, "Session <id> cancelled"
-			if json.Unmarshal(b, &msg) != nil && len(bytes.TrimSpace(b)) != 0 {
-				return fmt.Errorf("answer %q is not a JSON string", truncate(string(b), 80))
-			}
+	for attempt := 1; ; attempt++ {
+		s, err := c.GetSession(ctx, id)
+		if err != nil {
+			return fmt.Errorf("cancel session: %w", err)
+		}
+		if s.Ended() {
 			return nil
-		}})
-	var ae *APIError
-	if errors.As(err, &ae) && alreadyEnded(ae.Message) {
-		return nil
+		}
+		err = c.do(ctx, call{method: http.MethodDelete, path: "/v1/session/" + url.PathEscape(id), once: true,
+			decode: func(ct string, b []byte) error {
+				var msg string // the legacy answer is a JSON string, "Session <id> cancelled"
+				if json.Unmarshal(b, &msg) != nil && len(bytes.TrimSpace(b)) != 0 {
+					return fmt.Errorf("answer %q is not a JSON string", truncate(string(b), 80))
+				}
+				return nil
+			}})
+		var ae *APIError
+		if errors.As(err, &ae) && alreadyEnded(ae.Message) {
+			return nil
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrUnavailable) || attempt >= c.attempts || ctx.Err() != nil {
+			return fmt.Errorf("cancel session %s: %w", id, err)
+		}
+		t := time.NewTimer(c.retry.Delay(attempt - 1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("cancel session %s: %w", id, err)
-	}
-	return nil
 }
 
 // alreadyEnded recognises a controller that refuses to cancel an ended session.
@@ -212,17 +270,90 @@ func alreadyEnded(text string) bool {
 	return strings.Contains(lower, "already closed") || strings.Contains(lower, "already cancel")
 }
 
-// ListAgents lists a pool's agents (all agents when poolID is empty).
-func (c *HTTPClient) ListAgents(ctx context.Context, poolID string) ([]Agent, error) {
+// ListAgents lists a pool's agents (all agents when pool is empty).
+func (c *HTTPClient) ListAgents(ctx context.Context, pool string) ([]Agent, error) {
+	poolID := ""
+	if pool != "" {
+		var err error
+		if poolID, err = c.poolID(ctx, pool); err != nil {
+			return nil, fmt.Errorf("list agents of pool %q: %w", pool, err)
+		}
+	}
+	agents, err := c.listAgents(ctx, poolID)
+	if err != nil {
+		return nil, fmt.Errorf("list agents of pool %q: %w", pool, err)
+	}
+	return agents, nil
+}
+
+func (c *HTTPClient) listAgents(ctx context.Context, poolID string) ([]Agent, error) {
 	path := "/v1/agents"
 	if poolID != "" {
 		path += "?pool_id=" + url.QueryEscape(poolID)
 	}
 	var agents []Agent
 	if err := c.do(ctx, call{method: http.MethodGet, path: path, decode: jsonInto(&agents)}); err != nil {
-		return nil, fmt.Errorf("list agents of pool %q: %w", poolID, err)
+		return nil, err
 	}
 	return agents, nil
+}
+
+// GetAgent reads one agent with its sessions.
+func (c *HTTPClient) GetAgent(ctx context.Context, id string) (*Agent, error) {
+	if err := checkID(id); err != nil {
+		return nil, fmt.Errorf("get agent: %w", err)
+	}
+	var a Agent
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/agent/" + url.PathEscape(id), decode: jsonInto(&a)}); err != nil {
+		return nil, fmt.Errorf("get agent %s: %w", id, err)
+	}
+	return &a, nil
+}
+
+// poolRefresh is how long a pool listing is trusted before a name it lacks is looked up again.
+const poolRefresh = time.Minute
+
+// poolID resolves the name a user typed to the controller's pool id (see HTTPConfig.Pools).
+func (c *HTTPClient) poolID(ctx context.Context, name string) (string, error) {
+	if len(c.pools) > 0 {
+		if id, ok := c.pools[name]; ok {
+			return id, nil
+		}
+		return "", &APIError{Method: "RESOLVE", Path: "pool " + name, Kind: ErrNoCapacity,
+			Message: fmt.Sprintf("pool %q is not one of the configured pools (%s)", name, strings.Join(slices.Sorted(maps.Keys(c.pools)), ", "))}
+	}
+	c.poolMu.Lock()
+	defer c.poolMu.Unlock()
+	if id, ok := c.poolSeen[name]; ok {
+		return id, nil
+	}
+	if c.poolSeen == nil || time.Since(c.poolAt) > poolRefresh {
+		var pools []struct {
+			ID   string `json:"id"`
+			Name string `json:"name"`
+		}
+		err := c.do(ctx, call{method: http.MethodGet, path: "/v1/pools", decode: jsonInto(&pools)})
+		var ae *APIError
+		switch {
+		case errors.As(err, &ae) && ae.StatusCode == http.StatusNotFound:
+			// No listing (the legacy controller): only an id can be sent as it is.
+			if _, perr := uuid.Parse(name); perr == nil {
+				return name, nil
+			}
+			return "", &APIError{Method: "RESOLVE", Path: "pool " + name, Kind: ErrNoCapacity,
+				Message: fmt.Sprintf("pool %q: the Juice Controller has no pool listing and knows pools by id only; map the name to its id in the controller's configuration (--juice-pools %s=<id>)", name, name)}
+		case err != nil:
+			return "", fmt.Errorf("look up pool %q: %w", name, err)
+		}
+		c.poolSeen, c.poolAt = map[string]string{}, time.Now()
+		for _, p := range pools {
+			c.poolSeen[p.Name] = p.ID
+		}
+		if id, ok := c.poolSeen[name]; ok {
+			return id, nil
+		}
+	}
+	return name, nil // unknown to the listing: the controller's own answer says so
 }
 
 // Status calls GET /v1/status, the documented token check.

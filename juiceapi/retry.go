@@ -18,13 +18,15 @@ type call struct {
 	method, path string
 	body         []byte // JSON, or nil
 	key          string // Idempotency-Key, or ""
+	once         bool   // never repeat: the controller may have acted on an attempt whose answer was lost
 	decode       func(contentType string, body []byte) error
 }
 
 const maxBody = 1 << 20 // answers are small; a huge body is a proxy page or an attack
 
-// do runs the call with retries. Every method of this model is safe to repeat: GET and DELETE are
-// idempotent, and the only POST carries an Idempotency-Key. Only "transient" kinds are retried.
+// do runs the call with retries of "transient" kinds. GETs are safe to repeat; a POST or DELETE is sent once
+// (call.once), since the legacy controller books a second session for a repeated POST and reopens a closed
+// session for a repeated DELETE: their callers look first, then ask again.
 func (c *HTTPClient) do(ctx context.Context, cl call) error {
 	var last *APIError
 	for attempt := 1; ; attempt++ {
@@ -34,7 +36,7 @@ func (c *HTTPClient) do(ctx context.Context, cl call) error {
 		}
 		err.Attempts = attempt
 		last = err
-		retryable := errors.Is(err, ErrUnavailable)
+		retryable := errors.Is(err, ErrUnavailable) && !cl.once
 		if !retryable || attempt >= c.attempts || ctx.Err() != nil {
 			break
 		}

@@ -11,16 +11,21 @@ import (
 // API is known.
 type Client interface {
 	// RequestSession asks for a session. key is the reservation's UUID, sent as the HTTP header
-	// "Idempotency-Key: <uuid>" on POST /v1/request/session; the same key returns the same session id,
-	// so a retry (ours or the reconciler's after a crash) never books a second session.
+	// "Idempotency-Key: <uuid>" on POST /v1/request/session and inside the version field (TaggedVersion).
+	// A controller that honours the header answers a repeat with the same session; one that does not (the
+	// legacy controller) books another, which the caller finds by key (WalkPool) and cancels. So the POST
+	// is sent once: the caller, not the client, decides to ask again. req.PoolID is the pool's name.
 	RequestSession(ctx context.Context, key uuid.UUID, req SessionRequest) (sessionID string, err error)
 	// GetSession returns the session's current state. An unknown id is ErrNotFound.
 	GetSession(ctx context.Context, id string) (*Session, error)
-	// CancelSession releases a session. Cancelling a session that is already canceling or closed is
-	// not an error.
+	// CancelSession releases a session that has not ended. It reads the session first and leaves one that
+	// is canceling or closed alone: the legacy controller reopens a closed session it is asked to cancel.
 	CancelSession(ctx context.Context, id string) error
-	// ListAgents lists the agents of a pool (all pools when poolID is empty), each with its sessions.
-	ListAgents(ctx context.Context, poolID string) ([]Agent, error)
+	// ListAgents lists the agents of a pool (by name; all pools when empty). Their sessions may be left out
+	// (the legacy controller does): GetAgent shows them.
+	ListAgents(ctx context.Context, pool string) ([]Agent, error)
+	// GetAgent returns one agent with its sessions. An unknown id is ErrNotFound.
+	GetAgent(ctx context.Context, id string) (*Agent, error)
 	// Status is the documented token check: it fails with ErrUnauthorized on a bad token.
 	Status(ctx context.Context) (*Status, error)
 }

@@ -43,6 +43,8 @@ type Reconciler struct {
 	// asked of the Juice Controller: job_submit.lua refuses such a job at submission, so only a job submitted
 	// before the limit changed, or around job_submit.lua, gets here.
 	Policy *policy.Policy
+	// Liveness, when set, checks ready sessions per pool walk instead of one GetSession each (liveness.go).
+	Liveness *Liveness
 	// OnReady, when set, hears of each reservation that became ready (for metrics).
 	OnReady func(r *Reservation)
 	Now     func() time.Time
@@ -100,6 +102,25 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation)
 		return Result{}, false, rc.apply(ctx, log, r, EventRequest, "asking the Juice Controller for "+r.Request.Describe())
 
 	case StateRequesting:
+		// A request with this key may be at the controller already (a crash, or an answer lost on the way),
+		// and a controller without idempotency would book a second session. So look first: the run's
+		// sessions carry its key. A session still queued is not on any agent yet; if one is booked twice
+		// that way, the orphan is cancelled once it is placed (when the run becomes ready, or by the sweep).
+		view, err := rc.walk(ctx, r.Request.Pool)
+		if errors.Is(err, juiceapi.ErrNoCapacity) { // the pool cannot be named to the controller
+			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice Controller cannot ever fit "+r.Request.Describe()+": "+err.Error())
+		}
+		if err != nil {
+			return Result{}, true, fmt.Errorf("look for the run's sessions before asking: %w", err)
+		}
+		if found, _ := view.ByKey(r.ID.String()); len(found) > 0 {
+			keep := found[0].ID
+			if err := rc.cancelOrphans(ctx, log, view, r, keep); err != nil {
+				return Result{}, true, err
+			}
+			r.Status.SessionID = keep
+			return Result{}, false, rc.apply(ctx, log, r, EventQueued, "session "+keep+" found at the Juice Controller by the run's key (its answer was lost)")
+		}
 		sid, err := rc.Juice.RequestSession(ctx, r.ID, req)
 		if errors.Is(err, juiceapi.ErrNoCapacity) {
 			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice Controller cannot ever fit "+r.Request.Describe()+": "+err.Error())
@@ -122,8 +143,22 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation)
 			return Result{}, true, fmt.Errorf("get session: %w", err)
 		}
 		switch {
+		case s.Active() && juiceapi.CheckGrant(s, req) != "":
+			// Not what was asked: not ready. Say so once (the reason shows in describe), and look again.
+			if why := "not ready: " + juiceapi.CheckGrant(s, req); r.Status.Reason != why {
+				if err := rc.apply(ctx, log, r, EventQueued, why); err != nil {
+					return Result{}, true, err
+				}
+			}
+			return Result{RequeueAfter: rc.WaitPoll}, true, nil
 		case s.Active():
-			if err := rc.seal(r, s); err != nil {
+			// Other sessions carrying the run's key are orphans of a lost answer: placed by now, if at all.
+			if view, err := rc.walk(ctx, r.Request.Pool); err != nil {
+				return Result{}, true, fmt.Errorf("look for orphans of the run: %w", err)
+			} else if err := rc.cancelOrphans(ctx, log, view, r, s.ID); err != nil {
+				return Result{}, true, err
+			}
+			if err := rc.seal(r, s, req); err != nil {
 				return Result{}, false, rc.apply(ctx, log, r, EventFail, "cannot seal the session file: "+err.Error())
 			}
 			if err := rc.apply(ctx, log, r, EventActive, "session "+s.ID+" active on agent "+s.Address); err != nil {
@@ -141,6 +176,9 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation)
 		return Result{RequeueAfter: rc.WaitPoll}, true, nil
 
 	case StateReady:
+		if rc.Liveness != nil {
+			return rc.checkLive(ctx, log, r)
+		}
 		s, err := rc.Juice.GetSession(ctx, r.Status.SessionID)
 		if errors.Is(err, juiceapi.ErrNotFound) || err == nil && s.Ended() {
 			return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller ended session "+r.Status.SessionID+" while the job held it")
@@ -151,21 +189,26 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation)
 		return Result{RequeueAfter: rc.ReadyCheck}, true, nil
 
 	case StateReleasing:
-		if r.Status.SessionID == "" && r.Status.Requested {
-			// A request may have reached the controller without its answer reaching us. Asking again with the
-			// same key returns that session, if there is one, so that it can be cancelled.
-			sid, err := rc.Juice.RequestSession(ctx, r.ID, req)
-			switch {
-			case errors.Is(err, juiceapi.ErrNoCapacity), errors.Is(err, juiceapi.ErrInvalidRequest):
-				// The controller refuses the request outright, or the client never sends it, so no session was
-				// ever made for the key: asking again for ever would leave the run in releasing for ever.
-			case err != nil:
-				return Result{}, true, fmt.Errorf("find the session to release: %w", err)
-			default:
-				r.Status.SessionID = sid
+		reason := "no session was ever made"
+		if r.Status.Requested {
+			// A request may have reached the controller without its answer reaching us: every placed session
+			// carrying the run's key is cancelled. (Asking again with the key to learn the session would book
+			// one more at a controller without idempotency.) One still queued is caught by the sweep once placed.
+			view, err := rc.walk(ctx, r.Request.Pool)
+			if errors.Is(err, juiceapi.ErrNoCapacity) {
+				view, err = &juiceapi.PoolView{}, nil // a pool that cannot be named was never asked of
+			}
+			if err != nil {
+				return Result{}, true, fmt.Errorf("find the run's sessions to release: %w", err)
+			}
+			found, _ := view.ByKey(r.ID.String())
+			if err := rc.cancelOrphans(ctx, log, view, r, r.Status.SessionID); err != nil {
+				return Result{}, true, err
+			}
+			if r.Status.SessionID == "" && len(found) > 0 {
+				reason = fmt.Sprintf("%d session(s) found by the run's key cancelled at the Juice Controller", len(found))
 			}
 		}
-		reason := "no session was ever made"
 		if r.Status.SessionID != "" {
 			if err := rc.Juice.CancelSession(ctx, r.Status.SessionID); err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
 				return Result{}, true, fmt.Errorf("cancel session: %w", err)
@@ -177,16 +220,35 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation)
 	return Result{}, true, fmt.Errorf("reservation %s: unknown state %q", r.ID, r.Status.State)
 }
 
-// seal writes the session file for an active session into r's status.
-func (rc *Reconciler) seal(r *Reservation, s *juiceapi.Session) error {
+// walk reads the pool's agents and the sessions they hold (the run's key finds its sessions there).
+func (rc *Reconciler) walk(ctx context.Context, pool string) (*juiceapi.PoolView, error) {
+	return juiceapi.WalkPool(ctx, rc.Juice, pool, rc.now())
+}
+
+// cancelOrphans cancels every session of view carrying r's key but keep: a second session booked for the run
+// by a request whose answer was lost.
+func (rc *Reconciler) cancelOrphans(ctx context.Context, log logr.Logger, view *juiceapi.PoolView, r *Reservation, keep string) error {
+	found, agents := view.ByKey(r.ID.String())
+	for i, s := range found {
+		if s.ID == keep {
+			continue
+		}
+		if err := rc.Juice.CancelSession(ctx, s.ID); err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
+			return fmt.Errorf("cancel orphan session %s of the run: %w", s.ID, err)
+		}
+		log.Info("cancelled an orphan session of the run", "session", s.ID, "agent", agents[i], "kept", keep)
+	}
+	return nil
+}
+
+// seal writes the session file for an active session into r's status: exactly the GPUs asked for, even when
+// the controller gave more (the legacy one gives every GPU of the agent).
+func (rc *Reconciler) seal(r *Reservation, s *juiceapi.Session, req juiceapi.SessionRequest) error {
 	key, err := rc.Key.Bytes()
 	if err != nil {
 		return err
 	}
-	g := session.Grant{SessionID: s.ID, Address: s.Address}
-	for _, gpu := range s.GPUs {
-		g.GPUs = append(g.GPUs, gpu.Index)
-	}
+	g := session.Grant{SessionID: s.ID, Address: s.Address, GPUs: juiceapi.GrantedGPUs(s, req)}
 	sealed, err := session.Seal(key, r.Run.Binding(), session.Env(r.Request, g))
 	if err != nil {
 		return err

@@ -30,10 +30,10 @@ import (
 // controllerOpts are the controller's settings.
 type controllerOpts struct {
 	cluster, dbURL, restURL, restUser, restToken, restVersion, juiceURL, juiceToken, keyFile, secretFile *string
-	hookListen, holder, policyFile, metricsListen                                                        *string
+	hookListen, holder, policyFile, metricsListen, juicePools                                            *string
 	poll, waitPoll, window, leaseTTL, sweep                                                              *time.Duration
 	perPool, workers                                                                                     *int
-	trustComment                                                                                         *bool
+	trustComment, juiceIdem                                                                              *bool
 	newLog                                                                                               func() (logr.Logger, zap.AtomicLevel, error)
 	level                                                                                                *flag.Flag
 }
@@ -48,6 +48,8 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		restVersion:   fs.String("slurmrest-version", "", "force a slurmrestd API version, e.g. v0.0.38 (default: the newest offered)"),
 		juiceURL:      fs.String("juice-url", "http://127.0.0.1:7070", "the Juice Controller (or juice-sim)"),
 		juiceToken:    fs.String("juice-token-file", "", "file holding the Juice M2M token, mode 0600 (required)"),
+		juicePools:    fs.String("juice-pools", "", "pool names users type, mapped to the Juice Controller's pool ids: name=id,name=id (needed by a controller that knows pools by id only, such as the legacy one; default: looked up with GET /v1/pools)"),
+		juiceIdem:     fs.Bool("juice-idempotent", false, "the Juice Controller honours Idempotency-Key (juice-sim does), so a session request whose answer was lost may be retried at once"),
 		keyFile:       fs.String("cluster-key", "/etc/juice-slurm/cluster.key", "the cluster key that seals session files (64 hex characters, mode 0600)"),
 		secretFile:    fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "the secret the hooks present (mode 0600)"),
 		hookListen:    fs.String("hook-listen", "127.0.0.1:7171", "address of the hook API, /healthz and /readyz"),
@@ -139,7 +141,12 @@ func runController(ctx context.Context, args []string) error {
 		log.Info("slurmrestd API version", "version", v)
 	}
 	cancel()
-	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: *o.juiceURL, TokenFile: *o.juiceToken, Log: log.WithName("juice")})
+	pools, err := juiceapi.ParsePools(*o.juicePools)
+	if err != nil {
+		return fmt.Errorf("--juice-pools: %w", err)
+	}
+	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: *o.juiceURL, TokenFile: *o.juiceToken, Log: log.WithName("juice"),
+		Pools: pools, IdempotentRequests: *o.juiceIdem})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,270 @@
+package controller
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
+)
+
+// The tests here run the reconciler against juice-sim with one behaviour of the legacy controller switched on at
+// a time (juicesim.Legacy), or all of them; test/juicelegacy runs the same client against the real legacy
+// controller.
+
+// sessionsOfRun are the simulator's sessions requested under the reservation's key that still hold GPUs (the
+// simulator keeps the key for its own bookkeeping even when it ignores it on the wire).
+func (h *harness) sessionsOfRun(id uuid.UUID) []juiceapi.Session {
+	var out []juiceapi.Session
+	for _, s := range h.liveSessions() {
+		if s.IdempotencyKey == id.String() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Without server-side idempotency, a request whose answer is lost (the first response dropped, or the
+// reconciler killed between request and answer) still leaves the run exactly one session: the next pass finds
+// the session by the key carried in its version field instead of booking another.
+func TestLegacyLostAnswerGivesOneSession(t *testing.T) {
+	t.Parallel()
+	for _, legacy := range []juicesim.Legacy{{IgnoreIdempotencyKey: true}, juicesim.AllLegacy()} {
+		h := newHarnessWith(t, legacy)
+		ctx := context.Background()
+		r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 1}, gpus2)
+		_, err := h.reconciler(crashingJuice{h.juice, true}).Reconcile(ctx, r.ID)
+		require.ErrorIs(t, err, errCrash)
+		require.Len(t, h.sessionsOfRun(r.ID), 1, "the lost request made a session")
+
+		got := h.driveTo(h.reconciler(nil), r.ID, reconcile.StateReady)
+		live := h.sessionsOfRun(r.ID)
+		require.Len(t, live, 1, "%+v: exactly one session", legacy)
+		require.Equal(t, live[0].ID, got.Status.SessionID)
+		require.Len(t, h.sim.Sim.Sessions(), 1, "%+v: no second session was ever booked", legacy)
+	}
+}
+
+// A lost answer while the pool is full: the session is queued, so no agent shows it and the next pass books a
+// second one. Once both are placed the run keeps one and cancels the other: never two sessions for a run that
+// is ready, and none left once it is released.
+func TestLegacyLostAnswerWhileQueuedCancelsTheOrphan(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, juicesim.AllLegacy())
+	ctx := context.Background()
+	// Fill both agents with slices so a whole-GPU request queues.
+	var blockers []string
+	for range 2 {
+		id, err := h.juice.RequestSession(ctx, uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 4, VRAMPerGPU: 79 * request.GiB})
+		require.NoError(t, err)
+		blockers = append(blockers, id)
+	}
+	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 2}, request.Request{Pool: "test", GPUs: 1, VRAM: 40 * request.GiB})
+	_, err := h.reconciler(crashingJuice{h.juice, true}).Reconcile(ctx, r.ID)
+	require.ErrorIs(t, err, errCrash)
+	rc := h.reconciler(nil)
+	got := h.driveTo(rc, r.ID, reconcile.StateWaiting)
+	require.Len(t, h.sim.Sim.Sessions(), 4, "the queued session was invisible: a second one was booked")
+
+	for _, id := range blockers {
+		require.NoError(t, h.juice.CancelSession(ctx, id))
+	}
+	got = h.driveTo(rc, r.ID, reconcile.StateReady)
+	live := h.sessionsOfRun(r.ID)
+	require.Len(t, live, 1, "the orphan was cancelled when the run became ready")
+	require.Equal(t, got.Status.SessionID, live[0].ID)
+
+	_, err = h.store.Unwant(ctx, r.ID, "job ended", true)
+	require.NoError(t, err)
+	h.driveTo(rc, r.ID, reconcile.StateReleased)
+	require.Empty(t, h.sessionsOfRun(r.ID))
+	require.Zero(t, h.sim.Sim.Reopened(), "no closed session was cancelled again")
+}
+
+// Cancelling a closed session reopens it at the legacy controller. Releases, repeated cancels and the sweep
+// never do.
+func TestLegacyCancelNeverReopens(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, juicesim.Legacy{CancelReopens: true})
+	ctx := context.Background()
+	rc := h.reconciler(nil)
+	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 3}, gpus2)
+	r = h.driveTo(rc, r.ID, reconcile.StateReady)
+	_, err := h.store.Unwant(ctx, r.ID, "job ended", true)
+	require.NoError(t, err)
+	h.driveTo(rc, r.ID, reconcile.StateReleased)
+	require.NoError(t, h.juice.CancelSession(ctx, r.Status.SessionID), "cancel twice")
+	require.NoError(t, h.juice.CancelSession(ctx, r.Status.SessionID), "and three times")
+	require.NoError(t, Sweep(ctx, h.store, h.juice, h.log))
+	require.Zero(t, h.sim.Sim.Reopened())
+	s, err := h.juice.GetSession(ctx, r.Status.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, juiceapi.StateClosed, s.State)
+}
+
+// The legacy controller gives a whole-GPU request every GPU of the agent, in any order: the job gets exactly the
+// GPUs it asked for, the lowest indexes.
+func TestLegacyMoreGPUsThanAskedGivesExactlyTheAsked(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, juicesim.Legacy{WholeAgentGrant: true})
+	ctx := context.Background()
+	run := reconcile.RunID{Cluster: "c1", JobID: 4}
+	r := h.ensure(run, gpus2)
+	got := h.driveTo(h.reconciler(nil), r.ID, reconcile.StateReady)
+	s, err := h.juice.GetSession(ctx, got.Status.SessionID)
+	require.NoError(t, err)
+	require.Len(t, s.GPUs, 4, "the controller gave the whole agent")
+	sealed, err := h.store.Sealed(ctx, r.ID)
+	require.NoError(t, err)
+	env, err := session.Open(h.key, sealed, run.Binding())
+	require.NoError(t, err)
+	require.Contains(t, env, session.EnvVar{Name: "JUICE_GPU_COUNT", Value: "2"})
+	require.Contains(t, env, session.EnvVar{Name: "JUICE_GPUS", Value: "0,1"})
+}
+
+// shortJuice reads sessions as giving fewer GPUs, or less VRAM, than they do, or as empty.
+type shortJuice struct {
+	juiceapi.Client
+	mangle func(*juiceapi.Session)
+	on     *atomic.Bool
+}
+
+func (c shortJuice) GetSession(ctx context.Context, id string) (*juiceapi.Session, error) {
+	s, err := c.Client.GetSession(ctx, id)
+	if err == nil && c.on.Load() {
+		c.mangle(s)
+	}
+	return s, err
+}
+
+// A session read that does not serve the request (empty, fewer GPUs, less VRAM) is not ready: the reservation
+// waits, says why (describe shows it), and becomes ready once a read serves it.
+func TestLegacySessionReadsAreValidated(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		req    request.Request
+		mangle func(*juiceapi.Session)
+		reason string
+	}{
+		{"empty", gpus2, func(s *juiceapi.Session) { *s = juiceapi.Session{State: juiceapi.StateActive} }, "empty session"},
+		{"fewer GPUs", gpus2, func(s *juiceapi.Session) { s.GPUs = s.GPUs[:1] }, "gives 1 GPU(s) for 2 asked"},
+		{"less VRAM", request.Request{Pool: "test", GPUs: 1, VRAM: 8 * request.GiB},
+			func(s *juiceapi.Session) { s.GPUs[0].VRAMRequired = 4 * request.GiB }, "gives 0 GPU(s) with at least 8589934592 bytes of VRAM for 1 asked"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarnessWith(t, juicesim.Legacy{})
+			ctx := context.Background()
+			on := &atomic.Bool{}
+			on.Store(true)
+			rc := h.reconciler(shortJuice{h.juice, c.mangle, on})
+			r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 5}, c.req)
+			h.driveTo(rc, r.ID, reconcile.StateWaiting)
+			for range 3 {
+				_, err := rc.Reconcile(ctx, r.ID)
+				require.NoError(t, err)
+			}
+			got, err := h.store.Get(ctx, r.ID)
+			require.NoError(t, err)
+			require.Equal(t, reconcile.StateWaiting, got.Status.State)
+			require.Contains(t, got.Status.Reason, c.reason)
+			evs, err := h.store.Events(ctx, r.ID)
+			require.NoError(t, err)
+			n := 0
+			for _, ev := range evs {
+				if strings.Contains(ev.Reason, c.reason) {
+					n++
+				}
+			}
+			require.Equal(t, 1, n, "the reason is recorded once, not at every look")
+			on.Store(false)
+			h.driveTo(rc, r.ID, reconcile.StateReady)
+		})
+	}
+}
+
+// A request that no agent of the pool can ever fit is never sent (the legacy controller would accept it and
+// exit): the run fails at once with the reason, and the controller stays up.
+func TestLegacyNeverFitIsNeverSent(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, juicesim.AllLegacy())
+	for i, req := range []request.Request{{Pool: "test", GPUs: 8}, {Pool: "test", GPUs: 1, VRAM: 81 * request.GiB}} {
+		r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: uint32(60 + i)}, req)
+		got := h.driveTo(h.reconciler(nil), r.ID, reconcile.StateFailed)
+		require.Contains(t, got.Status.FailReason, "can ever fit")
+	}
+	crashed, why := h.sim.Sim.Crashed()
+	require.False(t, crashed, "the controller exited: %s", why)
+	require.Empty(t, h.sim.Sim.Sessions(), "nothing was sent")
+}
+
+// The legacy controller knows pools by id only: a name is resolved through the configured map; without one the
+// run fails at once saying what to configure, and nothing is sent (a name would get a phantom session).
+func TestLegacyPoolNamesAreResolved(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, juicesim.Legacy{PoolUUIDs: true})
+	ctx := context.Background()
+	id, ok := h.sim.Sim.PoolID("test")
+	require.True(t, ok)
+	_, err := uuid.Parse(id)
+	require.NoError(t, err, "the pool's id is a UUID")
+	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 7}, gpus2)
+	got := h.driveTo(h.reconciler(nil), r.ID, reconcile.StateReady)
+	s, err := h.juice.GetSession(ctx, got.Status.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, id, s.PoolID)
+
+	unmapped, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: h.sim.URL, TokenFile: writeTokenFile(t), MaxAttempts: 2})
+	require.NoError(t, err)
+	r2 := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 8}, gpus2)
+	got = h.driveTo(h.reconciler(unmapped), r2.ID, reconcile.StateFailed)
+	require.Contains(t, got.Status.FailReason, "knows pools by id only")
+	require.Len(t, h.sim.Sim.Sessions(), 1, "nothing was sent for the unresolved name")
+}
+
+func writeTokenFile(t *testing.T) string {
+	t.Helper()
+	f := t.TempDir() + "/token"
+	require.NoError(t, os.WriteFile(f, []byte(testToken), 0o600))
+	return f
+}
+
+// The legacy controller keeps the sessions of a missing agent "active" for ever. The ready check sees that the
+// agent is no longer an active agent of the pool, and the session is lost (the run fails, with the reason).
+func TestLegacyMissingAgentLosesItsSessions(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, juicesim.AllLegacy())
+	ctx := context.Background()
+	rc := h.reconciler(nil)
+	rc.Liveness = &reconcile.Liveness{Juice: h.juice, Period: time.Hour}
+	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 9}, gpus2)
+	got := h.driveTo(rc, r.ID, reconcile.StateReady)
+	res, err := rc.Reconcile(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, time.Second, res.RequeueAfter, "alive: checked again after ReadyCheck")
+
+	view, err := juiceapi.WalkPool(ctx, h.juice, "test", time.Now())
+	require.NoError(t, err)
+	_, holder := view.Find(got.Status.SessionID)
+	require.NotNil(t, holder, "the walk finds the session on its agent")
+	agent := holder.ID
+	require.NoError(t, h.sim.Sim.SetAgentState(agent, juiceapi.AgentMissing))
+	s, err := h.juice.GetSession(ctx, got.Status.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, juiceapi.StateActive, s.State, "the legacy controller still calls it active")
+
+	rc.Liveness = &reconcile.Liveness{Juice: h.juice, Period: time.Hour} // a new period
+	got = h.driveTo(rc, r.ID, reconcile.StateFailed)
+	require.Contains(t, got.Status.FailReason, "lost: ")
+}

@@ -1,0 +1,87 @@
+package juiceapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// PoolView is what a walk of one pool saw: its agents, each with the sessions it holds. It is how sessions
+// are found without a session listing (the legacy controller has none, and its agent listing shows no
+// sessions): one listing, then one read per active agent. Its cost grows with agents, not with sessions.
+type PoolView struct {
+	Pool string
+	// Taken is when the walk started: a session that became ready later may be missing from it.
+	Taken  time.Time
+	Agents []Agent
+}
+
+// WalkPool lists the pool's agents, then reads each active one for its sessions. An agent that vanished
+// between the two is left out.
+func WalkPool(ctx context.Context, c Client, pool string, now time.Time) (*PoolView, error) {
+	agents, err := c.ListAgents(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	v := &PoolView{Pool: pool, Taken: now}
+	for _, a := range agents {
+		if a.State == AgentActive {
+			full, err := c.GetAgent(ctx, a.ID)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("walk pool %q: %w", pool, err)
+			}
+			a = *full
+		}
+		v.Agents = append(v.Agents, a)
+	}
+	return v, nil
+}
+
+// ByKey returns the sessions carrying key that have not ended, with the agent holding each.
+func (v *PoolView) ByKey(key string) (sessions []Session, agents []string) {
+	for _, a := range v.Agents {
+		for _, s := range a.Sessions {
+			if s.Key() == key && !s.Ended() && s.ID != "" {
+				sessions, agents = append(sessions, s), append(agents, a.ID)
+			}
+		}
+	}
+	return sessions, agents
+}
+
+// Find returns the session with id and the agent that holds it; nil when no agent seen holds it.
+func (v *PoolView) Find(id string) (*Session, *Agent) {
+	for i := range v.Agents {
+		a := &v.Agents[i]
+		for j := range a.Sessions {
+			if a.Sessions[j].ID == id {
+				return &a.Sessions[j], a
+			}
+		}
+	}
+	return nil, nil
+}
+
+// ParsePools reads "name=id,name=id" (HTTPConfig.Pools); "" is no map.
+func ParsePools(text string) (map[string]string, error) {
+	if strings.TrimSpace(text) == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, item := range strings.Split(text, ",") {
+		name, id, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || name == "" || id == "" || strings.ContainsAny(id, "/?# ") {
+			return nil, fmt.Errorf("%q: want name=id", item)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("pool %q is mapped twice", name)
+		}
+		out[name] = id
+	}
+	return out, nil
+}

@@ -1,0 +1,115 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/juice-slurm/juice-slurm/juiceapi"
+)
+
+// Liveness checks ready sessions a pool at a time. One walk of a pool (its agent listing, then one read per
+// active agent) serves every ready run of that pool for Period, so the calls per check period grow with the
+// pool's agents, not with its sessions: 10,000 ready runs on 100 agents cost about 101 calls a period instead
+// of 10,000 GetSession calls. It only observes; the Reconciler decides what a view means (checkLive).
+type Liveness struct {
+	Juice juiceapi.Client
+	// Period is how long a walk serves. Default 30s (the ready check).
+	Period time.Duration
+	Now    func() time.Time
+
+	mu    sync.Mutex
+	pools map[string]*poolWalk
+}
+
+type poolWalk struct {
+	mu   sync.Mutex // one walk of a pool at a time; the others wait for it and share it
+	view *juiceapi.PoolView
+}
+
+// View returns a walk of pool taken at or after notBefore and at most Period ago, walking again when there is
+// none.
+func (l *Liveness) View(ctx context.Context, pool string, notBefore time.Time) (*juiceapi.PoolView, error) {
+	l.mu.Lock()
+	if l.pools == nil {
+		l.pools = map[string]*poolWalk{}
+	}
+	w := l.pools[pool]
+	if w == nil {
+		w = &poolWalk{}
+		l.pools[pool] = w
+	}
+	l.mu.Unlock()
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := l.now()
+	period := l.Period
+	if period <= 0 {
+		period = 30 * time.Second
+	}
+	if v := w.view; v != nil && !v.Taken.Before(notBefore) && now.Sub(v.Taken) < period {
+		return v, nil
+	}
+	v, err := juiceapi.WalkPool(ctx, l.Juice, pool, now)
+	if err != nil {
+		return nil, err
+	}
+	w.view = v
+	return v, nil
+}
+
+func (l *Liveness) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
+	}
+	return time.Now()
+}
+
+// legacyAgentPage is the legacy controller's one page of agents: a listing that long may leave agents out, so
+// a session not found in it is not taken for lost.
+const legacyAgentPage = 20
+
+// checkLive decides on a ready reservation from its pool's view: alive (look again in ReadyCheck), ended by the
+// controller, or lost because the agent holding it is no longer an active agent of the pool (the legacy
+// controller keeps such sessions "active" for ever, so their own state says nothing).
+func (rc *Reconciler) checkLive(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
+	view, err := rc.Liveness.View(ctx, r.Request.Pool, r.Status.ReadyAt)
+	if err != nil {
+		return Result{}, true, fmt.Errorf("check session: %w", err)
+	}
+	sid := r.Status.SessionID
+	s, a := view.Find(sid)
+	if s == nil {
+		for i := range view.Agents {
+			if view.Agents[i].Address == r.Status.AgentAddress {
+				a = &view.Agents[i]
+			}
+		}
+	}
+	switch {
+	case s != nil && s.Ended():
+		return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller ended session "+sid+" while the job held it")
+	case a != nil && a.State != juiceapi.AgentActive:
+		return Result{}, false, rc.apply(ctx, log, r, EventClosed,
+			fmt.Sprintf("lost: session %s is on agent %s (%s), which is %s at the Juice Controller", sid, a.ID, a.Address, a.State))
+	case s != nil:
+		return Result{RequeueAfter: rc.ReadyCheck}, true, nil
+	case a == nil && len(view.Agents) < legacyAgentPage:
+		return Result{}, false, rc.apply(ctx, log, r, EventClosed,
+			fmt.Sprintf("lost: the agent at %s holding session %s is not an active agent of pool %s at the Juice Controller", r.Status.AgentAddress, sid, r.Request.Pool))
+	}
+	// Its agent is there without it (or the listing may be cut short): ask about the session itself.
+	got, err := rc.Juice.GetSession(ctx, sid)
+	if errors.Is(err, juiceapi.ErrNotFound) || err == nil && got.Ended() {
+		return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller ended session "+sid+" while the job held it")
+	}
+	if err != nil {
+		return Result{}, true, fmt.Errorf("check session: %w", err)
+	}
+	return Result{RequeueAfter: rc.ReadyCheck}, true, nil
+}
