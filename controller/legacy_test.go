@@ -268,3 +268,61 @@ func TestLegacyMissingAgentLosesItsSessions(t *testing.T) {
 	got = h.driveTo(rc, r.ID, reconcile.StateFailed)
 	require.Contains(t, got.Status.FailReason, "lost: ")
 }
+
+// simCalls counts the simulator's answered requests on a route.
+func (h *harness) simCalls(route string) int {
+	h.t.Helper()
+	mfs, err := h.sim.Sim.Registry().Gather()
+	require.NoError(h.t, err)
+	n := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "juice_sim_http_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "route" && l.GetValue() == route {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return int(n)
+}
+
+// Liveness per pool walk: checking N ready runs costs one agent listing and one read per active agent per
+// period, not N session reads, and a second check within the period costs nothing.
+func TestLivenessCallsGrowWithAgentsNotSessions(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, juicesim.AllLegacy())
+	ctx := context.Background()
+	rc := h.reconciler(nil)
+	const runs = 40 // 8 GPUs, but legacy whole-GPU sessions stack: all fit
+	var ids []uuid.UUID
+	for i := range runs {
+		r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: uint32(1000 + i)}, request.Request{Pool: "test", GPUs: 1})
+		h.driveTo(rc, r.ID, reconcile.StateReady)
+		ids = append(ids, r.ID)
+	}
+	clock := time.Now()
+	rc.Liveness = &reconcile.Liveness{Juice: h.juice, Period: time.Minute, Now: func() time.Time { return clock }}
+	gets0, lists0, agents0 := h.simCalls("GET /v1/session/{id}"), h.simCalls("GET /v1/agents"), h.simCalls("GET /v1/agent/{id}")
+	for round := range 2 {
+		for _, id := range ids {
+			res, err := rc.Reconcile(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, time.Second, res.RequeueAfter, "round %d: alive", round)
+		}
+	}
+	require.Zero(t, h.simCalls("GET /v1/session/{id}")-gets0, "no session read one by one")
+	require.Equal(t, 1, h.simCalls("GET /v1/agents")-lists0, "one listing for the period")
+	require.Equal(t, 2, h.simCalls("GET /v1/agent/{id}")-agents0, "one read per agent for the period")
+
+	clock = clock.Add(time.Minute) // the next period: one more walk
+	for _, id := range ids {
+		_, err := rc.Reconcile(ctx, id)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, h.simCalls("GET /v1/agents")-lists0)
+	require.Equal(t, 4, h.simCalls("GET /v1/agent/{id}")-agents0)
+}
