@@ -43,3 +43,17 @@ func (i instrumentedJuice) CancelSession(ctx context.Context, id string) error {
 	i.m.observeJuice("cancel_session", start, err)
 	return err
 }
+
+func (i instrumentedJuice) ListAgents(ctx context.Context, pool string) ([]juiceapi.Agent, error) {
+	start := time.Now()
+	a, err := i.Client.ListAgents(ctx, pool)
+	i.m.observeJuice("list_agents", start, err)
+	return a, err
+}
+
+func (i instrumentedJuice) GetAgent(ctx context.Context, id string) (*juiceapi.Agent, error) {
+	start := time.Now()
+	a, err := i.Client.GetAgent(ctx, id)
+	i.m.observeJuice("get_agent", start, err)
+	return a, err
+}

@@ -41,6 +41,7 @@ type P5Result struct {
 	SteadyWall   time.Duration `json:"steady_wall"`
 	SteadyPasses float64       `json:"steady_passes"` // reconcile passes in the window
 	SteadyGets   float64       `json:"steady_gets"`   // GetSession calls to the Juice Controller in the window
+	SteadyWalks  float64       `json:"steady_walks"`  // agent listings and agent reads (liveness per pool walk)
 	// OpenQuery is what one Store.Open() (run by every poll and every resync) costs with N open rows, measured in
 	// the parent: time (median of 5) and bytes allocated.
 	OpenQuery      time.Duration `json:"open_query"`
@@ -177,6 +178,8 @@ func P5Child(args []string) error {
 	m := rc.Metrics
 	polls0, passes0, gets0 := Counter(m, "juice_slurm_polls_total"), Counter(m, "juice_slurm_reconcile_duration_seconds"),
 		Counter(m, "juice_slurm_juice_request_duration_seconds", "op", "get_session")
+	walks0 := Counter(m, "juice_slurm_juice_request_duration_seconds", "op", "list_agents") +
+		Counter(m, "juice_slurm_juice_request_duration_seconds", "op", "get_agent")
 	cpu0, t0 := procCPU(), time.Now()
 	time.Sleep(SteadyWindow)
 	res.SteadyWall = time.Since(t0)
@@ -184,6 +187,8 @@ func P5Child(args []string) error {
 	res.SteadyPolls = Counter(m, "juice_slurm_polls_total") - polls0
 	res.SteadyPasses = Counter(m, "juice_slurm_reconcile_duration_seconds") - passes0
 	res.SteadyGets = Counter(m, "juice_slurm_juice_request_duration_seconds", "op", "get_session") - gets0
+	res.SteadyWalks = Counter(m, "juice_slurm_juice_request_duration_seconds", "op", "list_agents") +
+		Counter(m, "juice_slurm_juice_request_duration_seconds", "op", "get_agent") - walks0
 	runtime.GC()
 	runtime.GC()
 	var ms runtime.MemStats

@@ -230,10 +230,10 @@ func writeP5(w io.Writer, r bench.P5Result) {
 		mib(r.HeapInuse), mib(r.HeapAlloc), mib(r.BaselineHeap), mib(r.Sys), mib(r.RSS), mib(r.PeakRSS))
 	fmt.Fprintf(w, "Goroutines: %d. **Standing cost** with nothing changing in Slurm, over %.0f s (one resync and the ready checks, "+
 		"both every 30 s, and %.0f polls): %.3f cores of the controller process, %.0f reconcile passes (%.0f/s) and %.0f GetSession "+
-		"calls to the Juice Controller (%.0f/s). One `Store.Open()` — which every poll and every resync runs — reads all %d open "+
+		"calls to the Juice Controller (%.0f/s) and %.0f agent listings and reads (liveness per pool walk). One `Store.Open()` — which every poll and every resync runs — reads all %d open "+
 		"rows (without their sealed files): %s ms, %s MiB allocated.\n\n",
 		r.Goroutines, r.SteadyWall.Seconds(), r.SteadyPolls, r.SteadyCPU, r.SteadyPasses, r.SteadyPasses/r.SteadyWall.Seconds(),
-		r.SteadyGets, r.SteadyGets/r.SteadyWall.Seconds(), r.N, bench.Ms(r.OpenQuery), mib(r.OpenQueryAlloc))
+		r.SteadyGets, r.SteadyGets/r.SteadyWall.Seconds(), r.SteadyWalks, r.N, bench.Ms(r.OpenQuery), mib(r.OpenQueryAlloc))
 	fmt.Fprintf(w, "One `Poller.Poll` with slurmrestd answering \"nothing changed\" (a quiet cluster), %d open rows: %s ms wall, %s ms CPU, %s MiB allocated; "+
 		"at the default 2 s interval that is %.1f%% of a core for a controller with nothing to do.\n\n",
 		r.N, bench.Ms(r.Poll), bench.Ms(r.PollCPU), mib(r.PollAlloc), 100*r.PollCPU.Seconds()/2)
