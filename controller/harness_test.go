@@ -54,12 +54,20 @@ func newHarness(t *testing.T) *harness {
 // The client maps the pool name "test" to the controller's id, as an administrator configures it.
 func newHarnessWith(t *testing.T, legacy juicesim.Legacy) *harness {
 	t.Helper()
-	url := testbed.NewDatabase(t)
+	// Migrated by the owner role; the controller runs as the runtime role, without DDL rights, as it does in a
+	// site's installation.
+	owner := testbed.NewDatabase(t)
+	ownerPool, err := pgxpool.New(context.Background(), owner)
+	require.NoError(t, err)
+	require.NoError(t, store.New(ownerPool, "c1").Migrate(context.Background()))
+	require.NoError(t, store.New(ownerPool, "c1").GrantRuntime(context.Background(), testbed.Require(t).RuntimeRole()))
+	ownerPool.Close()
+	url := testbed.RuntimeURL(t, owner)
 	pool, err := pgxpool.New(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	st := store.New(pool, "c1")
-	require.NoError(t, st.Migrate(context.Background()))
+	require.NoError(t, st.CheckSchema(context.Background()))
 	sim, err := juicesim.StartServer(juicesim.Config{Token: testToken, Legacy: legacy,
 		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*request.GiB)}}, logr.Discard())
 	require.NoError(t, err)

@@ -27,6 +27,13 @@ CLUSTER=juicetest
 PARTITION=debug
 SLURM_USER=slurm
 PG_USER=postgres
+# PostgreSQL roles (item 7 of the security issue): the owner creates databases and runs migrations; the runtime
+# role, which the controller uses, reads and writes rows and has no DDL rights. Neither is a superuser, and both
+# authenticate with scram-sha-256 passwords kept in a 0600 passfile; the superuser logs in only through the Unix
+# socket as the OS user postgres.
+PG_OWNER=juice_owner
+PG_RUNTIME=juice_runtime
+PGPASS=$TB/pgpass
 PGBIN=/usr/lib/postgresql/15/bin
 SLURM_CONF=/etc/slurm/slurm.conf
 WIRING_CONF=/etc/slurm/juice-wiring.conf
@@ -251,8 +258,8 @@ start_postgres() {
 	if [ ! -s "$PGDATA/PG_VERSION" ]; then
 		log "initialising PostgreSQL in $PGDATA"
 		setpriv --reuid=$PG_USER --regid=$PG_USER --clear-groups \
-			$PGBIN/initdb -D "$PGDATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$LOG/pg/initdb.log" 2>&1 ||
-			{ cat "$LOG/pg/initdb.log" >&2; die "initdb failed"; }
+			$PGBIN/initdb -D "$PGDATA" -U postgres --auth-local=peer --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 \
+			>"$LOG/pg/initdb.log" 2>&1 || { cat "$LOG/pg/initdb.log" >&2; die "initdb failed"; }
 		cat >>"$PGDATA/postgresql.conf" <<EOF
 # juice-slurm test bed
 listen_addresses = '127.0.0.1'
@@ -263,18 +270,74 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 shared_buffers = 256MB
+password_encryption = 'scram-sha-256'
 EOF
 	fi
+	write_pg_hba
 	chmod 0755 "$TB/pg" "$PGSOCK"
 	if ! setpriv --reuid=$PG_USER --regid=$PG_USER --clear-groups $PGBIN/pg_ctl -D "$PGDATA" status >/dev/null 2>&1; then
 		log "starting PostgreSQL on 127.0.0.1:$PGPORT"
 		setpriv --reuid=$PG_USER --regid=$PG_USER --clear-groups \
 			$PGBIN/pg_ctl -D "$PGDATA" -l "$LOG/pg/postgres.log" -w -t 60 start >/dev/null
+	else
+		# A test bed brought up by an older version of this script trusted every local connection: the new
+		# pg_hba.conf applies from the reload on.
+		setpriv --reuid=$PG_USER --regid=$PG_USER --clear-groups $PGBIN/pg_ctl -D "$PGDATA" reload >/dev/null
 	fi
 	head -1 "$PGDATA/postmaster.pid" >"$RUN/postgres.pid"
 	wait_for postgres 30 $PGBIN/pg_isready -h 127.0.0.1 -p "$PGPORT"
-	psql -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -qtAc "SELECT 1 FROM pg_roles WHERE rolname='juice'" | grep -q 1 ||
-		psql -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -qc "CREATE ROLE juice LOGIN SUPERUSER"
+	ensure_pg_roles
+}
+
+# pg_hba.conf: nothing is trusted. The superuser only through the socket as the OS user postgres (peer); every
+# other role with its scram-sha-256 password, over the socket or TCP.
+write_pg_hba() {
+	cat >"$PGDATA/pg_hba.conf.new" <<EOF
+# juice-slurm test bed: written by test/testbed.sh
+local   all   postgres                 peer
+local   all   all                      scram-sha-256
+host    all   all        127.0.0.1/32  scram-sha-256
+host    all   all        ::1/128       scram-sha-256
+EOF
+	chown $PG_USER:$PG_USER "$PGDATA/pg_hba.conf.new" && chmod 0600 "$PGDATA/pg_hba.conf.new"
+	mv "$PGDATA/pg_hba.conf.new" "$PGDATA/pg_hba.conf"
+}
+
+# pg_super: psql as the superuser, through the socket (peer). SQL on stdin or -c; nothing secret on argv.
+pg_super() {
+	setpriv --reuid=$PG_USER --regid=$PG_USER --clear-groups \
+		psql -h "$PGSOCK" -p "$PGPORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qtA "$@"
+}
+
+# pgpass_get ROLE: the role's password from the passfile, if it has one.
+pgpass_get() { [ -f "$PGPASS" ] && awk -F: -v u="$1" '$4 == u { print $5; exit }' "$PGPASS" || true; }
+
+# ensure_pg_roles: the owner and runtime roles with their passwords (kept from an earlier run, else new), the
+# passfile (0600, root) that the tests, the demo and the controller read, and the first test bed's SUPERUSER role
+# "juice" disarmed.
+ensure_pg_roles() {
+	local own rt
+	own=$(pgpass_get $PG_OWNER)
+	rt=$(pgpass_get $PG_RUNTIME)
+	[ -n "$own" ] || own=$(openssl rand -hex 24)
+	[ -n "$rt" ] || rt=$(openssl rand -hex 24)
+	(
+		umask 077
+		for h in 127.0.0.1 localhost; do
+			echo "$h:$PGPORT:*:$PG_OWNER:$own"
+			echo "$h:$PGPORT:*:$PG_RUNTIME:$rt"
+		done >"$PGPASS.new"
+	)
+	mv "$PGPASS.new" "$PGPASS"
+	pg_super >/dev/null <<EOF
+DO \$\$ BEGIN
+	IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_OWNER') THEN CREATE ROLE $PG_OWNER; END IF;
+	IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_RUNTIME') THEN CREATE ROLE $PG_RUNTIME; END IF;
+	IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'juice') THEN ALTER ROLE juice NOSUPERUSER NOLOGIN; END IF;
+END \$\$;
+ALTER ROLE $PG_OWNER LOGIN NOSUPERUSER CREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '$own';
+ALTER ROLE $PG_RUNTIME LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '$rt';
+EOF
 }
 
 write_env() {
@@ -287,7 +350,8 @@ JUICE_TESTBED_SLURM_CONF=$SLURM_CONF
 JUICE_TESTBED_SLURM_USER=$SLURM_USER
 JUICE_TESTBED_SLURMRESTD_URL=http://127.0.0.1:$REST_PORT
 JUICE_TESTBED_TOKEN_FILE=$TB/slurm-token
-JUICE_TESTBED_PG_URL=postgres://juice@127.0.0.1:$PGPORT/postgres?sslmode=disable
+JUICE_TESTBED_PG_URL=postgres://$PG_OWNER@127.0.0.1:$PGPORT/postgres?passfile=$PGPASS
+JUICE_TESTBED_PG_RUNTIME_ROLE=$PG_RUNTIME
 JUICE_TESTBED_SESSIONS_DIR=$JUICE_SESSIONS
 EOF
 	mv "$TB/env.new" "$TB/env"
@@ -409,11 +473,18 @@ restart_slurm() {
 # services: juice-sim (pool "demo": one agent of 4 GPUs x 24 GiB; pool "test": 2 agents of 8 x 80 GiB) on
 # 127.0.0.1:7070, and the controller on the hook address the wiring uses, with a database "juice".
 cmd_services() {
-	local demo=$TB/demo db="postgres://juice@127.0.0.1:$PGPORT/juice?sslmode=disable"
+	local demo=$TB/demo owner="postgres://$PG_OWNER@127.0.0.1:$PGPORT/juice?passfile=$PGPASS"
+	local db="postgres://$PG_RUNTIME@127.0.0.1:$PGPORT/juice?passfile=$PGPASS"
 	[ -x "$REPO/bin/juice-slurm" ] && [ -x "$REPO/bin/juice-sim" ] || die "bin/ is missing: run make build"
 	install -d -m 0755 "$demo"
-	psql -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname='juice'" | grep -q 1 ||
-		psql -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -qc "CREATE DATABASE juice OWNER juice"
+	# The demo's database belongs to the owner role (one made by the first test bed belonged to "juice": it goes).
+	case $(pg_super -c "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'juice'") in
+	"$PG_OWNER") ;;
+	"") pg_super -c "CREATE DATABASE juice OWNER $PG_OWNER" ;;
+	*) pg_super -c "DROP DATABASE juice WITH (FORCE)" && pg_super -c "CREATE DATABASE juice OWNER $PG_OWNER" ;;
+	esac
+	# The schema, applied as the owner; the controller runs as the runtime role and never migrates.
+	"$REPO/bin/juice-slurm" migrate --database-url "$owner" --runtime-role $PG_RUNTIME >&2
 	[ -s "$demo/juice.token" ] || (umask 077 && echo "m2m_demo_$(openssl rand -hex 12)" >"$demo/juice.token")
 	# JUICE_TESTBED_SIM_TIMING=instant schedules on every request with no delays (benchmarks); the default is
 	# close to the legacy controller's one-second tick.
@@ -442,7 +513,8 @@ EOF
 		echo $! >"$RUN/juice-controller.pid"
 	fi
 	wait_for "the controller" 60 curl -fsS "http://$hook/readyz"
-	grep -q '^JUICE_TESTBED_DEMO_DB_URL=' "$TB/env" || echo "JUICE_TESTBED_DEMO_DB_URL=$db" >>"$TB/env"
+	grep -qxF "JUICE_TESTBED_DEMO_DB_URL=$db" "$TB/env" ||
+		{ grep -v '^JUICE_TESTBED_DEMO_DB_URL=' "$TB/env" >"$TB/env.new"; echo "JUICE_TESTBED_DEMO_DB_URL=$db" >>"$TB/env.new"; mv "$TB/env.new" "$TB/env"; }
 	log "services up: juice-sim 127.0.0.1:7070, controller $hook (logs in $LOG)"
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -118,7 +119,15 @@ func runController(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	st := store.New(pool, *o.cluster)
-	if err := waitFor(ctx, log.WithName("startup"), "PostgreSQL", st.Migrate); err != nil {
+	// The controller runs as a role without DDL rights and never migrates (juice-slurm migrate does, as the owner
+	// role). A schema newer than this binary knows is refused at once: it would misread the rows.
+	if err := waitFor(ctx, log.WithName("startup"), "PostgreSQL", func(ctx context.Context) error {
+		err := st.CheckSchema(ctx)
+		if errors.Is(err, store.ErrSchemaNewer) {
+			return stopWaiting{err}
+		}
+		return err
+	}); err != nil {
 		return err
 	}
 	var tokens slurmrest.TokenSource
@@ -214,11 +223,18 @@ func retuneOnHangup(ctx context.Context, hup <-chan os.Signal, c *controller.Con
 // startupRetry paces the start-up's attempts to reach a service.
 var startupRetry = backoff.Policy{Base: 500 * time.Millisecond, Max: 5 * time.Second}
 
-// waitFor retries f until it succeeds or ctx ends, saying every few seconds what it waits for.
+// stopWaiting is an error that waiting cannot cure: waitFor returns it at once.
+type stopWaiting struct{ error }
+
+func (e stopWaiting) Unwrap() error { return e.error }
+
+// waitFor retries f until it succeeds, fails with stopWaiting, or ctx ends, saying every few seconds what it waits
+// for.
 func waitFor(ctx context.Context, log interface {
 	Info(string, ...any)
 }, what string, f func(context.Context) error) error {
 	start := time.Now()
+	var last error
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := f(actx)
@@ -226,9 +242,17 @@ func waitFor(ctx context.Context, log interface {
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), err)
+		if errors.As(err, new(stopWaiting)) {
+			return err
 		}
+		if ctx.Err() != nil {
+			// The attempt that ctx's end cut short says less than the one before it.
+			if last == nil {
+				last = err
+			}
+			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
+		}
+		last = err
 		log.Info("waiting for "+what, "waited", time.Since(start).Round(time.Second).String(), "error", err.Error())
 		_ = startupRetry.Sleep(ctx, attempt)
 	}

@@ -21,7 +21,11 @@ import (
 // changes nothing. The controller runs in this process, against the test bed's PostgreSQL (slurmrestd and the
 // Juice Controller need not answer for this).
 func TestSighupRetunesAndNeverStops(t *testing.T) {
-	dbURL := testbed.NewDatabase(t)
+	owner := testbed.NewDatabase(t)
+	// Migrated as the owner role; the controller runs as the runtime role and never migrates.
+	require.NoError(t, run(context.Background(), []string{"migrate", "--config=", "--database-url", owner,
+		"--runtime-role", testbed.Require(t).RuntimeRole()}))
+	dbURL := testbed.RuntimeURL(t, owner)
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)

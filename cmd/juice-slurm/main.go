@@ -1,6 +1,7 @@
 // Command juice-slurm is the juice-slurm service and its tools, in one binary:
 //
 //	juice-slurm controller          the reconciler service (and the hook API every replica serves)
+//	juice-slurm migrate             apply the database schema as the owner role; grant the runtime role
 //	juice-slurm hook prolog|epilog  called by hooks/juice-prolog.sh and hooks/juice-epilog.sh from slurmctld
 //	juice-slurm status              runs by state and pool, and who leads
 //	juice-slurm describe job N      every transition of each run of job N, with its reason
@@ -28,6 +29,7 @@ const usage = `juice-slurm: run Slurm jobs on remote GPUs from a Juice pool.
 
 Usage:
   juice-slurm controller [flags]          run the reconciler service
+  juice-slurm migrate [flags]             apply the database schema (as the owner role)
   juice-slurm hook prolog|epilog [flags]  called by the slurmctld prolog/epilog scripts
   juice-slurm status [flags]              runs by state and pool
   juice-slurm describe job N [flags]      the history of job N's reservations
@@ -104,6 +106,8 @@ func run(ctx context.Context, args []string) error {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "controller":
 		return runController(ctx, rest)
+	case "migrate":
+		return runMigrate(ctx, rest)
 	case "hook":
 		if len(rest) == 0 || (rest[0] != "prolog" && rest[0] != "epilog") {
 			return usageError{fmt.Errorf("usage: juice-slurm hook prolog|epilog [flags]")}

@@ -36,7 +36,16 @@ const (
 	sqlMigrationLock    = `SELECT pg_advisory_xact_lock(8316250011)`
 	sqlMigrationApplied = `SELECT EXISTS (SELECT 1 FROM juice_schema_migrations WHERE version = $1)`
 	sqlMigrationRecord  = `INSERT INTO juice_schema_migrations (version) VALUES ($1)`
-	sqlIndexPredicate   = `SELECT pg_get_expr(indpred, indrelid) FROM pg_index
+	// A database never migrated has no table, and is at version 0.
+	sqlHasMigrations = `SELECT to_regclass('juice_schema_migrations') IS NOT NULL`
+	sqlSchemaVersion = `SELECT coalesce(max(version), 0) FROM juice_schema_migrations`
+	sqlCurrentSchema = `SELECT current_schema()`
+	// The tables and sequences juice-slurm owns, for GrantRuntime: its own (juice_*), in the current schema.
+	sqlOwnTables = `SELECT c.relname FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace
+		AND c.relkind = 'r' AND c.relname LIKE 'juice\_%' ORDER BY 1`
+	sqlOwnSequences = `SELECT c.relname FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace
+		AND c.relkind = 'S' AND c.relname LIKE 'juice\_%' ORDER BY 1`
+	sqlIndexPredicate = `SELECT pg_get_expr(indpred, indrelid) FROM pg_index
 		WHERE indexrelid = 'juice_reservations_live_run'::regclass`
 )
 

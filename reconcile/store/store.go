@@ -85,7 +85,105 @@ func (s *Store) Cluster() string { return s.cluster }
 // Pool returns the underlying pool, for LISTEN.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Migrate applies the embedded migrations that the database lacks, each in its own transaction, in order.
+// KnownSchema is the newest schema version this binary knows: its highest migration.
+func KnownSchema() int {
+	entries, err := migrations.ReadDir("migrations")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	known := 0
+	for _, e := range entries {
+		if v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0]); err == nil && v > known {
+			known = v
+		}
+	}
+	return known
+}
+
+// SchemaVersion is the newest migration applied to the database; 0 when none is.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var has bool
+	if err := s.pool.QueryRow(ctx, sqlHasMigrations).Scan(&has); err != nil || !has {
+		if err != nil {
+			return 0, fmt.Errorf("read the schema version: %w", err)
+		}
+		return 0, nil
+	}
+	var v int
+	if err := s.pool.QueryRow(ctx, sqlSchemaVersion).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read the schema version: %w", err)
+	}
+	return v, nil
+}
+
+// ErrSchemaNewer says the database was migrated by a newer juice-slurm: this binary would misread it.
+var ErrSchemaNewer = errors.New("the database schema is newer than this binary knows")
+
+// ErrSchemaOlder says the database lacks migrations this binary needs: run `juice-slurm migrate`.
+var ErrSchemaOlder = errors.New("the database schema is older than this binary needs")
+
+// CheckSchema says whether this binary can run on the database as it is: nil when its schema is exactly the one
+// it knows. The controller runs as a role without DDL rights and never migrates: `juice-slurm migrate`, run as
+// the owner role, does.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	v, err := s.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	switch known := KnownSchema(); {
+	case v > known:
+		return fmt.Errorf("%w: the database is at version %d, this binary knows up to %d: upgrade juice-slurm", ErrSchemaNewer, v, known)
+	case v < known:
+		return fmt.Errorf("%w: the database is at version %d, this binary needs %d: run `juice-slurm migrate` as the owner role", ErrSchemaOlder, v, known)
+	}
+	return nil
+}
+
+// GrantRuntime gives role what the controller and the admin commands need at run time, and no more: reading and
+// writing the rows of juice-slurm's tables (and their sequences). It cannot create, alter or drop anything.
+// Run by `juice-slurm migrate` as the tables' owner after migrating.
+func (s *Store) GrantRuntime(ctx context.Context, role string) error {
+	id := pgx.Identifier{role}.Sanitize()
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sqlOwnTables)
+		if err != nil {
+			return err
+		}
+		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		var schema string
+		if err := tx.QueryRow(ctx, sqlCurrentSchema).Scan(&schema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "GRANT USAGE ON SCHEMA "+pgx.Identifier{schema}.Sanitize()+" TO "+id); err != nil {
+			return fmt.Errorf("grant to role %q: %w", role, err)
+		}
+		for _, t := range tables {
+			if _, err := tx.Exec(ctx, "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+pgx.Identifier{t}.Sanitize()+" TO "+id); err != nil {
+				return fmt.Errorf("grant %s to role %q: %w", t, role, err)
+			}
+		}
+		rows, err = tx.Query(ctx, sqlOwnSequences)
+		if err != nil {
+			return err
+		}
+		seqs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, q := range seqs {
+			if _, err := tx.Exec(ctx, "GRANT USAGE, SELECT ON SEQUENCE "+pgx.Identifier{q}.Sanitize()+" TO "+id); err != nil {
+				return fmt.Errorf("grant %s to role %q: %w", q, role, err)
+			}
+		}
+		return nil
+	})
+}
+
+// Migrate applies the embedded migrations that the database lacks, each in its own transaction, in order. It
+// needs the owner role's rights (DDL); a database newer than this binary knows is left alone and refused.
 func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, sqlMigrationsTable); err != nil {
 		return fmt.Errorf("migrate: create the migrations table: %w", err)
@@ -93,6 +191,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 	entries, err := migrations.ReadDir("migrations")
 	if err != nil {
 		return err
+	}
+	if v, err := s.SchemaVersion(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	} else if known := KnownSchema(); v > known {
+		return fmt.Errorf("migrate: %w: the database is at version %d, this binary knows up to %d", ErrSchemaNewer, v, known)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 	for _, e := range entries {

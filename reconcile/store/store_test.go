@@ -16,12 +16,24 @@ import (
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
-// newTestStore gives a test a migrated store of cluster "c" on a fresh database of its own.
+// newTestStore gives a test a store of cluster "c" on a fresh database of its own, migrated by the owner role
+// and used as the runtime role, as the controller uses it.
 func newTestStore(t *testing.T) *Store {
 	t.Helper()
-	s := New(newPool(t, testbed.NewDatabase(t)), "c")
-	require.NoError(t, s.Migrate(context.Background()))
+	_, s := newStores(t, "c")
 	return s
+}
+
+// newStores migrates a fresh database as the owner role, grants the runtime role its rights, and returns a
+// store of cluster as each role.
+func newStores(t *testing.T, cluster string) (owner, runtime *Store) {
+	t.Helper()
+	url := testbed.NewDatabase(t)
+	owner = New(newPool(t, url), cluster)
+	require.NoError(t, owner.Migrate(context.Background()))
+	env := testbed.Require(t)
+	require.NoError(t, owner.GrantRuntime(context.Background(), env.RuntimeRole()))
+	return owner, New(newPool(t, testbed.RuntimeURL(t, url)), cluster)
 }
 
 func newPool(t *testing.T, url string) *pgxpool.Pool {
@@ -50,8 +62,8 @@ func move(t *testing.T, s *Store, r *reconcile.Reservation, ev reconcile.Event, 
 func TestStoreLifecycle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newTestStore(t)
-	require.NoError(t, s.Migrate(ctx), "a second migration is a no-op")
+	owner, s := newStores(t, "c")
+	require.NoError(t, owner.Migrate(ctx), "a second migration is a no-op")
 
 	run := reconcile.RunID{Cluster: "c", JobID: 10}
 	nr := reconcile.NewReservation{Run: run, Request: request.Request{Pool: "p", GPUs: 2}, UserName: "alice",
@@ -240,7 +252,7 @@ func TestStoreRunOver(t *testing.T) {
 func TestBlocksNewIsTheIndexPredicate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newTestStore(t)
+	s, _ := newStores(t, "c") // the owner: it creates a scratch index
 	var index string
 	require.NoError(t, s.pool.QueryRow(ctx, sqlIndexPredicate).Scan(&index))
 	tx, err := s.pool.Begin(ctx)
@@ -258,9 +270,8 @@ func TestBlocksNewIsTheIndexPredicate(t *testing.T) {
 func TestStoresOfTwoClustersShareADatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := newPool(t, testbed.NewDatabase(t))
-	a, b := New(pool, "a"), New(pool, "b")
-	require.NoError(t, a.Migrate(ctx))
+	_, a := newStores(t, "a")
+	b := New(a.Pool(), "b")
 	req := request.Request{Pool: "p", GPUs: 1}
 	ra, _, err := a.EnsureRun(ctx, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "a", JobID: 1}, Request: req})
 	require.NoError(t, err)

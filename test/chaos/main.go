@@ -92,8 +92,11 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	defer drop()
-	c.dbURL = url
-	pool, err := pgxpool.New(ctx, url)
+	// Migrated as the owner role by juice-slurm migrate; the controller runs as the runtime role.
+	if c.dbURL, err = testbed.MigrateWithBinary(ctx, env, repo, url); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, c.dbURL)
 	if err != nil {
 		return err
 	}

@@ -73,7 +73,10 @@ func runAll(m *testing.M) int {
 		return fail("%v", err)
 	}
 	defer drop()
-	world.dbURL = url
+	// Migrated as the owner role by juice-slurm migrate; the controller and the checks run as the runtime role.
+	if world.dbURL, err = testbed.MigrateWithBinary(ctx, env, world.repo, url); err != nil {
+		return fail("%v", err)
+	}
 
 	// The demo may have left its own simulator and controller on these ports: they are the test bed's, stop
 	// them by their pid files.

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,6 +41,35 @@ func (e Env) TokenFile() string     { return e.Vars["JUICE_TESTBED_TOKEN_FILE"] 
 func (e Env) SlurmUser() string     { return e.Vars["JUICE_TESTBED_SLURM_USER"] }
 func (e Env) Partition() string     { return e.Vars["JUICE_TESTBED_PARTITION"] }
 func (e Env) PostgresURL() string   { return e.Vars["JUICE_TESTBED_PG_URL"] }
+
+// RuntimeRole is the PostgreSQL role the controller runs as in the test bed: it reads and writes rows and has
+// no DDL rights. PostgresURL's user is the owner role, which creates databases and runs migrations.
+func (e Env) RuntimeRole() string { return e.Vars["JUICE_TESTBED_PG_RUNTIME_ROLE"] }
+
+// AsRuntime is a database URL of the owner role (NewDatabase's) with the runtime role as its user; the password
+// comes from the same passfile.
+func (e Env) AsRuntime(dbURL string) (string, error) {
+	role := e.RuntimeRole()
+	if role == "" {
+		return "", fmt.Errorf("JUICE_TESTBED_PG_RUNTIME_ROLE is not in %s: the test bed predates its PostgreSQL roles (make testbed-up)", EnvFile())
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", fmt.Errorf("parse PostgreSQL URL: %w", err)
+	}
+	u.User = url.User(role)
+	return u.String(), nil
+}
+
+// RuntimeURL is AsRuntime for a test: it skips (fails in CI) when the test bed has no runtime role.
+func RuntimeURL(t testing.TB, dbURL string) string {
+	t.Helper()
+	u, err := Require(t).AsRuntime(dbURL)
+	if err != nil {
+		Unavailable(t, "%v", err)
+	}
+	return u
+}
 
 // Load reads an env file of KEY=VALUE lines.
 func Load(path string) (Env, error) {
@@ -150,6 +180,24 @@ func CreateDatabase(ctx context.Context, env Env) (string, func() error, error) 
 	}
 	u.Path = "/" + name
 	return u.String(), drop, nil
+}
+
+// MigrateWithBinary runs `juice-slurm migrate` of the repository's build (bin/juice-slurm) as the owner role on
+// the database at ownerURL, granting the runtime role, and returns the database's URL for the runtime role: what
+// an installation does before it starts the controller.
+func MigrateWithBinary(ctx context.Context, env Env, repo, ownerURL string) (string, error) {
+	runtime, err := env.AsRuntime(ownerURL)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(repo, "bin", "juice-slurm"), "migrate", "--database-url", ownerURL,
+		"--runtime-role", env.RuntimeRole()).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("juice-slurm migrate: %v: %s", err, out)
+	}
+	return runtime, nil
 }
 
 // Repo is the repository the running test or tool was built from: the nearest directory above the working
