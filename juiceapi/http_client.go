@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/juice-slurm/juice-slurm/internal/backoff"
+	"github.com/juice-slurm/juice-slurm/internal/origin"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 )
 
@@ -113,7 +114,8 @@ func NewHTTPClient(cfg HTTPConfig) (*HTTPClient, error) {
 	if c.hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 32 // one controller host: keep connections instead of redialling
-		c.hc = &http.Client{Transport: tr}
+		// The bearer token never follows a redirect to another host, port or scheme.
+		c.hc = &http.Client{Transport: tr, CheckRedirect: origin.CheckRedirect}
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout

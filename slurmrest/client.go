@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/juice-slurm/juice-slurm/internal/backoff"
+	"github.com/juice-slurm/juice-slurm/internal/origin"
 	"github.com/juice-slurm/juice-slurm/slurmrest/internal/wire"
 )
 
@@ -88,7 +89,7 @@ func New(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("slurmrest: BaseURL %q has no host", cfg.BaseURL)
 		}
 		if hc == nil {
-			hc = &http.Client{Transport: &http.Transport{
+			hc = &http.Client{CheckRedirect: origin.CheckRedirect, Transport: &http.Transport{
 				Proxy:               nil, // slurmrestd is local infrastructure: never go through a proxy
 				DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 				MaxIdleConnsPerHost: 4,
@@ -105,7 +106,7 @@ func New(cfg Config) (*Client, error) {
 		}
 		if hc == nil {
 			d := &net.Dialer{Timeout: 10 * time.Second}
-			hc = &http.Client{Transport: &http.Transport{
+			hc = &http.Client{CheckRedirect: origin.CheckRedirect, Transport: &http.Transport{
 				Proxy: nil,
 				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 					return d.DialContext(ctx, "unix", sock)
