@@ -1,5 +1,9 @@
 #!/bin/sh
 # EpilogSlurmctld for juice-slurm: tells the controller the run is finished (it releases the session) and
-# removes the session file. Always exits 0.
-. "${JUICE_CONFIG_SH:-/etc/juice-slurm/juice-config.sh}" || exit 0
+# removes the session file. Always exits 0: without a readable config or the binary the controller still releases
+# the session when it sees the job end.
+CONFIG=${JUICE_CONFIG_SH:-/etc/juice-slurm/juice-config.sh}
+[ -r "$CONFIG" ] && (. "$CONFIG") >/dev/null 2>&1 || exit 0
+. "$CONFIG"
+[ -x "${JUICE_SLURM_BIN:-}" ] || exit 0
 exec "$JUICE_SLURM_BIN" hook epilog

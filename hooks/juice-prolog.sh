@@ -2,5 +2,19 @@
 # PrologSlurmctld for juice-slurm: waits until the job's Juice session is ready and writes its sealed file into
 # the shared state directory. Exits non-zero when the session cannot be had, so Slurm requeues a batch job.
 # slurmctld runs it as SlurmUser with no PATH: every path here is absolute.
-. "${JUICE_CONFIG_SH:-/etc/juice-slurm/juice-config.sh}" || exit 1
+#
+# A job that asked nothing of Juice never fails here: without a readable config or an executable juice-slurm it
+# passes (the binary itself passes such jobs without a call). Only a Juice job fails then, saying why.
+# (SPANK_JUICE_REQUEST is the plugin's value, which the job's owner controls: leaving it out only keeps their
+# own job from its session, which the compute node then refuses to run.)
+CONFIG=${JUICE_CONFIG_SH:-/etc/juice-slurm/juice-config.sh}
+broken() {
+	[ -z "${SPANK_JUICE_REQUEST:-}" ] && exit 0
+	echo "juice: job ${SLURM_JOB_ID:-?}: $*: failing the prolog of this Juice job" >&2
+	exit 1
+}
+# A config that cannot be read, or that fails when sourced, must not kill this shell (a failing `.` exits it).
+[ -r "$CONFIG" ] && (. "$CONFIG") >/dev/null 2>&1 || broken "cannot read $CONFIG"
+. "$CONFIG"
+[ -x "${JUICE_SLURM_BIN:-}" ] || broken "JUICE_SLURM_BIN ${JUICE_SLURM_BIN:-(unset)} is not executable"
 exec "$JUICE_SLURM_BIN" hook prolog

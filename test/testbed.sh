@@ -427,7 +427,15 @@ cmd_wire() {
 	mv $JUICE_PREFIX/.spank_juice.so.new $JUICE_PREFIX/spank_juice.so
 	install -m 0755 "$REPO/bin/juice-slurm" $JUICE_PREFIX/.juice-slurm.new
 	mv $JUICE_PREFIX/.juice-slurm.new $JUICE_PREFIX/juice-slurm
-	install -m 0755 "$REPO/hooks/juice-prolog.sh" "$REPO/hooks/juice-epilog.sh" $JUICE_PREFIX/
+	install -m 0755 "$REPO/hooks/juice-prolog.sh" "$REPO/hooks/juice-epilog.sh" "$REPO/hooks/slurmctld-parts.sh" $JUICE_PREFIX/
+	# PrologSlurmctld and EpilogSlurmctld run through the dispatcher, as at a site that keeps its own beside ours:
+	# juice-slurm's part only, every other part (a test's leftover) removed.
+	local ctx
+	for ctx in prolog epilog; do
+		install -d -m 0755 /etc/slurm/${ctx}_slurmctld.d
+		find /etc/slurm/${ctx}_slurmctld.d -mindepth 1 -maxdepth 1 ! -name 50-juice -exec rm -rf {} +
+		ln -sfn $JUICE_PREFIX/juice-$ctx.sh /etc/slurm/${ctx}_slurmctld.d/50-juice
+	done
 	[ -s $JUICE_ETC/cluster.key ] || (umask 077 && openssl rand -hex 32 >$JUICE_ETC/cluster.key)
 	chown $SLURM_USER:$SLURM_USER $JUICE_ETC/cluster.key && chmod 0600 $JUICE_ETC/cluster.key
 	[ -s $JUICE_ETC/hook.secret ] || (umask 077 && openssl rand -hex 32 >$JUICE_ETC/hook.secret)
@@ -437,22 +445,26 @@ cmd_wire() {
 		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$LOG/juice-hooks.log#" \
 		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
 		"$REPO/hooks/juice-config.sh" >$JUICE_ETC/juice-config.sh
-	install -m 0644 "$REPO/hooks/job_submit.lua" /etc/slurm/job_submit.lua
 	# The site policy job_submit.lua and the controller both read: the plugstack's limits, and the pools of
 	# juice-sim's configurations (the demo's and the e2e suite's).
 	sed -e 's/^pools = .*/pools = demo, small, test/' "$REPO/deploy/juice-policy.conf" >$JUICE_ETC/.juice-policy.conf.new
 	chmod 0644 $JUICE_ETC/.juice-policy.conf.new && mv $JUICE_ETC/.juice-policy.conf.new $JUICE_ETC/juice-policy.conf
+	# The module first: slurmctld loads a new job_submit.lua (which requires it) at the next submission.
+	install -m 0644 "$REPO/hooks/juice_submit.lua" /etc/slurm/.juice_submit.lua.new
+	mv /etc/slurm/.juice_submit.lua.new /etc/slurm/juice_submit.lua
+	install -m 0644 "$REPO/hooks/job_submit.lua" /etc/slurm/.job_submit.lua.new
+	mv /etc/slurm/.job_submit.lua.new /etc/slurm/job_submit.lua
 	echo "required $JUICE_PREFIX/spank_juice.so /usr/bin/juice $JUICE_SESSIONS key=$JUICE_ETC/cluster.key max_gpus=8 max_vram=80GiB" \
 		>$PLUGSTACK_ENTRY.new
 	mv $PLUGSTACK_ENTRY.new $PLUGSTACK_ENTRY
 	cat >$WIRING_CONF <<EOF
 # juice-slurm wiring: written by test/testbed.sh wire
 JobSubmitPlugins=lua
-PrologSlurmctld=$JUICE_PREFIX/juice-prolog.sh
-EpilogSlurmctld=$JUICE_PREFIX/juice-epilog.sh
+PrologSlurmctld=$JUICE_PREFIX/slurmctld-parts.sh
+EpilogSlurmctld=$JUICE_PREFIX/slurmctld-parts.sh
 EOF
 	restart_slurm
-	log "wired: SPANK plugin, job_submit.lua, prolog and epilog"
+	log "wired: SPANK plugin, job_submit.lua with juice_submit.lua, prolog and epilog (through slurmctld-parts.sh)"
 }
 
 cmd_unwire() {

@@ -1,5 +1,8 @@
--- Unit test of hooks/job_submit.lua with a mock `slurm` table (Lua 5.1, as
--- Debian's job_submit_lua.so uses).
+-- Unit test of hooks/job_submit.lua (the thin default) and the module it
+-- calls, hooks/juice_submit.lua, with a mock `slurm` table (Lua 5.1, as
+-- Debian's job_submit_lua.so uses); then of a site's own job_submit.lua that
+-- calls the module (test/site/job_submit.lua), and of the default script with
+-- the module missing.
 --   usage: lua5.1 test_job_submit.lua PATH [VECTORS]
 -- VECTORS is the directory of requests.tsv (default: test/vectors beside the
 -- hooks directory of PATH).
@@ -8,6 +11,7 @@ local last_user_msg
 
 slurm = {
 	SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002,
+	NO_VAL = 4294967294,
 	log_user = function(fmt, ...) last_user_msg = string.format(fmt, ...) end,
 	log_info = function(fmt, ...) last_log = string.format(fmt, ...) end,
 	log_error = function(fmt, ...) last_error = string.format(fmt, ...) end,
@@ -16,7 +20,10 @@ slurm = {
 -- The site policy the script reads: a file of the test's own.
 JUICE_POLICY_FILE = os.tmpname()
 os.remove(JUICE_POLICY_FILE)
+local base_path = package.path
 dofile(arg[1])
+-- The default script found the module beside itself.
+juice = require("juice_submit")
 
 local function check(cond, what)
 	if cond then passed = passed + 1
@@ -269,6 +276,55 @@ check(modify({ comment = "x" }, R, 0) == 0, "root edits comment")
 if slurm_uid then check(modify({ comment = "x" }, R, slurm_uid) == 0, "SlurmUser edits") end
 check(modify({ comment = "x" }, nil, 1000) == 0, "non-juice job, no admin_comment")
 check(modify({ comment = "juice:v1:pool=x,gpus=1" }, "other", 1000) == 0, "non-juice job")
+
+check(juice.job_submit ~= nil and rawget(_G, "parse_request") == nil, "the module sets no globals")
+
+-- A site's own job_submit.lua that calls the module: the site's rules and
+-- Juice's both apply, each refusal says whose it is.
+local hooks_dir = arg[1]:match("^(.*)/") or "."
+dofile(hooks_dir .. "/../test/site/job_submit.lua")
+rc, jd = submit({ "OTHER=1" }, nil)
+check(rc == 0 and jd.time_limit == 7 and jd.admin_comment == nil, "site: plain job gets the site's time limit")
+local jd2 = { spank_job_env = env({ "JUICE_REQUEST=" .. R }), time_limit = 30 }
+rc = slurm_job_submit(jd2, {}, 1000)
+check(rc == 0 and jd2.time_limit == 30 and jd2.admin_comment == R and jd2.comment == R,
+	"site: Juice job gets its request and keeps its time limit")
+local jd3 = { spank_job_env = env({ "JUICE_REQUEST=" .. R }), name = "site-refuses-this" }
+last_user_msg = nil
+rc = slurm_job_submit(jd3, {}, 1000)
+check(rc == slurm.ERROR and last_user_msg and last_user_msg:find("^site: ") and jd3.admin_comment == nil,
+	"site: the site's refusal")
+rc, jd, msg = submit({ "JUICE_REQUEST=juice:v1:pool=test,gpus=0" }, nil)
+check(rc == slurm.ERROR and msg and msg:find("^juice: ") and jd.admin_comment == nil, "site: Juice's refusal")
+check(modify({ comment = "x" }, R, 1000) == slurm.ESLURM_ACCESS_DENIED, "site: the request stays guarded")
+
+-- The default script without its module: it loads (a script that fails to load
+-- stops every submission), plain jobs pass, Juice jobs are refused saying why.
+local tmp = os.tmpname()
+os.remove(tmp)
+check(os.execute("mkdir -m 0700 " .. tmp) == 0, "mkdir " .. tmp)
+local src = io.open(arg[1], "r")
+local copy = io.open(tmp .. "/job_submit.lua", "w")
+copy:write(src:read("*a"))
+src:close()
+copy:close()
+package.path = base_path
+package.loaded.juice_submit = nil
+local logged_error
+slurm.log_error = function(fmt, ...) logged_error = string.format(fmt, ...) end
+local loaded_ok, load_rc = pcall(dofile, tmp .. "/job_submit.lua")
+check(loaded_ok and load_rc == slurm.SUCCESS, "missing module: the default script still loads: " .. tostring(load_rc))
+check(logged_error and logged_error:find("juice_submit.lua", 1, true), "missing module: logged")
+rc, jd = submit({ "OTHER=1" }, "mine")
+check(rc == 0 and jd.admin_comment == nil and jd.comment == "mine", "missing module: plain job passes")
+rc, jd = submit(nil, nil)
+check(rc == 0, "missing module: job without SPANK environment passes")
+rc, jd, msg = submit({ "JUICE_REQUEST=" .. R }, nil)
+check(rc == slurm.ERROR and msg and msg:find("^juice: ") and jd.admin_comment == nil,
+	"missing module: Juice job refused with a message")
+check(modify({ comment = "x" }, R, 1000) == 0, "missing module: modify passes")
+os.remove(tmp .. "/job_submit.lua")
+os.remove(tmp)
 
 print(string.format("job_submit.lua: %d passed, %d failed", passed, failed))
 os.exit(failed == 0 and 0 or 1)

@@ -580,7 +580,9 @@ wire() {
 		"$REPO/hooks/juice-config.sh" >"$ROOT$JUICE_ETC/.juice-config.sh.new"
 	chmod 0644 "$ROOT$JUICE_ETC/.juice-config.sh.new"
 	mv "$ROOT$JUICE_ETC/.juice-config.sh.new" "$ROOT$JUICE_ETC/juice-config.sh"
-	# 4. job_submit.lua next to slurm.conf, the plugstack entry, the slurm.conf lines.
+	# 4. job_submit.lua and its module next to slurm.conf (the module first: a new job_submit.lua is loaded at
+	# once), the plugstack entry, the slurm.conf lines.
+	install_atomic "$REPO/hooks/juice_submit.lua" "$ROOT/etc/slurm/juice_submit.lua" 0644
 	install_atomic "$REPO/hooks/job_submit.lua" "$ROOT/etc/slurm/job_submit.lua" 0644
 	echo "required $JUICE_LIB/spank_juice.so /usr/bin/juice $JUICE_SESSIONS key=$JUICE_ETC/cluster.key max_gpus=8 max_vram=80GiB" \
 		>"$ROOT$PLUGSTACK_ENTRY.new"

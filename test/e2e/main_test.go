@@ -131,10 +131,13 @@ func runAll(m *testing.M) int {
 }
 
 // startController starts (or restarts) the controller process, appending to its log.
-func startController() error {
+func startController() error { return startControllerOn(world.dbURL) }
+
+// startControllerOn starts the controller with the given database URL.
+func startControllerOn(dbURL string) error {
 	secret := "/etc/juice-slurm/hook.secret"
 	c := exec.Command(filepath.Join(world.repo, "bin/juice-slurm"), "controller",
-		"--cluster", world.env.Cluster(), "--database-url", world.dbURL,
+		"--cluster", world.env.Cluster(), "--database-url", dbURL,
 		"--slurmrestd-url", world.env.SlurmrestdURL(), "--slurm-user", world.env.SlurmUser(),
 		"--slurm-token-file", world.env.TokenFile(),
 		"--juice-url", "http://"+simAddr, "--juice-token-file", world.simToken,

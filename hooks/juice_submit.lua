@@ -1,0 +1,338 @@
+--[[
+juice_submit.lua: juice-slurm's bridge from the SPANK plugin to the job record,
+as a Lua module that a site's own job_submit.lua requires and calls.
+
+Install: next to slurm.conf, beside the site's job_submit.lua (or our thin
+default hooks/job_submit.lua, which only calls this module), with
+  JobSubmitPlugins=lua
+A site script calls it from its own functions:
+
+  package.path = "/etc/slurm/?.lua;" .. package.path
+  local juice = require("juice_submit")
+  function slurm_job_submit(job_desc, part_list, submit_uid)
+      -- the site's own changes and refusals, before or after
+      return juice.job_submit(job_desc, part_list, submit_uid)
+  end
+  function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+      return juice.job_modify(job_desc, job_rec, part_list, modify_uid)
+  end
+
+slurmctld re-reads job_submit.lua when its mtime changes, not this module:
+after replacing juice_submit.lua, touch job_submit.lua.
+
+At submission the juice SPANK plugin (srun/sbatch/salloc) validated the
+--juice-* options and put JUICE_REQUEST (plus JUICE_POOL, JUICE_GPU_COUNT,
+JUICE_VRAM) into the job's spank_job_env.  Here, in slurmctld:
+  * the request is checked again, strictly, by the rules of
+    test/vectors/README.md section 3 (parse_request);
+  * it is written into admin_comment, which the job's owner cannot change and
+    which is the only place the reconciler trusts;
+  * it is written into comment too, for people, when the user gave no comment
+    (or gave one that merely looks like a request);
+  * a request over 1024 bytes (the comment limit) is refused, never cut;
+  * a request over the site's limits (juice-policy.conf: max_gpus, max_vram,
+    pools; the controller applies the same file again) is refused with the
+    limit it breaks.  No policy file: only the grammar's bounds apply.  A
+    policy file that does not parse refuses every Juice job (a site's limits
+    are never half applied) and says so in slurmctld's log.
+A job without JUICE_REQUEST passes through untouched.  What is logged is
+escaped: a user's text never forges a line of slurmctld's log.
+
+On modification, a user (neither root nor SlurmUser) may not edit comment or
+admin_comment of a job whose admin_comment is a Juice request.
+
+The module sets no globals (its only state is the policy cache); it uses the
+`slurm` table slurmctld provides at call time.
+]]
+
+local M = {}
+
+local MAX_LEN = 1024           -- comment/admin_comment limit in Slurm
+local POOL_MAX = 63
+local PREFIX = "juice:"
+
+-- Users allowed to edit a Juice job's comments: root and SlurmUser (the
+-- reconciler updates jobs through slurmrestd as SlurmUser).  Names are
+-- resolved to uids from /etc/passwd when the script is loaded.
+local TRUSTED_USERS = { "root", "slurm" }
+
+local trusted_uids = { [0] = true }
+do
+	local f = io.open("/etc/passwd", "r")
+	if f then
+		for line in f:lines() do
+			local name, uid = line:match("^([^:]*):[^:]*:(%d+):")
+			for _, u in ipairs(TRUSTED_USERS) do
+				if name == u then trusted_uids[tonumber(uid)] = true end
+			end
+		end
+		f:close()
+	end
+end
+
+-- Value of NAME in spank_job_env (a table indexed from 0: use pairs).
+-- Returns nil when absent; false when given twice with different values.
+local function spank_env(job_desc, name)
+	local env, value = job_desc.spank_job_env, nil
+	if env == nil then return nil end
+	local prefix = name .. "="
+	for _, entry in pairs(env) do
+		if type(entry) == "string" and entry:sub(1, #prefix) == prefix then
+			local v = entry:sub(#prefix + 1)
+			if value ~= nil and value ~= v then return false end
+			value = v
+		end
+	end
+	return value
+end
+
+-- The canonical request (test/vectors/README.md section 3), the same rules in
+-- the same order as the C plugin and the reconciler:
+--   parse_request(s) -> "ok", pool, gpus (a number), vram (a string of bytes,
+--                       nil for whole GPUs)
+--                     | "none"          (not a Juice request: no "juice:")
+--                     | "error", what   (version|length|form|pool|gpus|vram:
+--                                        the first rule broken)
+-- Lua 5.1 numbers are doubles: vram stays a string and its bound
+-- (2^63-1) is compared as a string of the same length.
+local MAX_GPUS = 1024
+local MAX_VRAM = "9223372036854775807"
+local FIELDS = { "pool=", "gpus=", "vram=" }
+
+local function parse_request(s)
+	if type(s) ~= "string" or s:sub(1, #PREFIX) ~= PREFIX then return "none" end
+	if s:sub(1, 9) ~= "juice:v1:" then return "error", "version" end
+	if #s > MAX_LEN then return "error", "length" end
+	-- The rest split at every ",": pool=, gpus= and maybe vram=, in order.
+	local f, start = {}, 10
+	while true do
+		local comma = s:find(",", start, true)
+		f[#f + 1] = s:sub(start, comma and comma - 1 or #s)
+		if not comma then break end
+		start = comma + 1
+	end
+	if #f < 2 or #f > 3 then return "error", "form" end
+	for i, v in ipairs(f) do
+		if v:sub(1, 5) ~= FIELDS[i] then return "error", "form" end
+		f[i] = v:sub(6)
+	end
+	local pool, gpus, vram = f[1], f[2], f[3]
+	if #pool > POOL_MAX or not pool:find("^[A-Za-z0-9][A-Za-z0-9._-]*$") then
+		return "error", "pool"
+	end
+	if not gpus:find("^[1-9][0-9]*$") or #gpus > 4 or tonumber(gpus) > MAX_GPUS then
+		return "error", "gpus"
+	end
+	if vram ~= nil and (not vram:find("^[1-9][0-9]*$") or #vram > #MAX_VRAM or
+	   (#vram == #MAX_VRAM and vram > MAX_VRAM) or gpus ~= "1") then
+		return "error", "vram"
+	end
+	return "ok", pool, tonumber(gpus), vram
+end
+
+-- A user's text for a log line: control characters, quotes, backslashes and
+-- bytes above 126 as \ddd (Lua's decimal escapes), quoted, at most 200 bytes
+-- shown.  Lua's own %q leaves a newline as a backslash and a real newline,
+-- which would start a forged line.
+local function esc(s)
+	s = tostring(s)
+	local more = ""
+	if #s > 200 then s, more = s:sub(1, 200), "..." end
+	return '"' .. s:gsub('[%c"\\\128-\255]', function(c)
+		return string.format("\\%03d", c:byte())
+	end) .. more .. '"'
+end
+
+-- The site policy (juice-policy.conf), the rules of reconcile/policy and
+-- test/vectors/README.md section 5, tested against test/vectors/policy.tsv:
+--   parse_policy(text) -> policy | nil, why
+--   check_policy(policy, pool, gpus, vram) -> nil | what, why
+-- policy = { max_gpus = n, max_vram = "bytes" or nil, pools = set or nil }.
+-- max_vram is at most 2^53 bytes and kept as a string of digits, so it is
+-- compared with a request's VRAM exactly, as strings.
+local VRAM_BOUND = "9007199254740992" -- 2^53
+local UNITS = { [""] = 1073741824, b = 1, mb = 1000000, gb = 1000000000,
+	mib = 1048576, gib = 1073741824 }
+
+-- a <= b for strings of decimal digits without leading zeros.
+local function le_digits(a, b)
+	if #a ~= #b then return #a < #b end
+	return a <= b
+end
+
+local function parse_max_vram(v)
+	local digits, unit = v:match("^([1-9][0-9]*)(%a*)$")
+	local mult = unit and UNITS[unit:lower()]
+	if not digits or not mult then
+		return nil, "want a whole number above 0 with an optional unit B, MB, GB, MiB or GiB"
+	end
+	if #digits > 16 then return nil, "at most " .. VRAM_BOUND .. " bytes" end
+	local bytes
+	if mult == 1 then
+		bytes = digits
+	else
+		-- Exact: a product of at most 2^53 is, and a larger one stays larger.
+		bytes = string.format("%.0f", tonumber(digits) * mult)
+	end
+	if not le_digits(bytes, VRAM_BOUND) then return nil, "at most " .. VRAM_BOUND .. " bytes" end
+	return bytes
+end
+
+local function parse_policy(text)
+	local p, seen, n = { max_gpus = MAX_GPUS }, {}, 0
+	for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+		n = n + 1
+		line = line:gsub("#.*$", ""):gsub("^%s+", ""):gsub("%s+$", "")
+		if line ~= "" then
+			local key, value = line:match("^([^=]-)%s*=%s*(.-)$")
+			if not key then return nil, string.format("line %d: want key = value", n) end
+			if seen[key] then return nil, string.format("line %d: %s is given twice", n, key) end
+			seen[key] = true
+			if key == "max_gpus" then
+				if not value:find("^[1-9][0-9]*$") or #value > 4 or tonumber(value) > MAX_GPUS then
+					return nil, string.format("line %d: max_gpus: want a whole number from 1 to %d", n, MAX_GPUS)
+				end
+				p.max_gpus = tonumber(value)
+			elseif key == "max_vram" then
+				local bytes, why = parse_max_vram(value)
+				if not bytes then return nil, string.format("line %d: max_vram: %s", n, why) end
+				p.max_vram = bytes
+			elseif key == "pools" then
+				local set, any = {}, false
+				for name in value:gmatch("[^,%s]+") do
+					if #name > POOL_MAX or not name:find("^[A-Za-z0-9][A-Za-z0-9._-]*$") then
+						return nil, string.format("line %d: bad pool name %s", n, esc(name))
+					end
+					set[name], any = true, true
+				end
+				if not any then return nil, string.format("line %d: pools is empty", n) end
+				p.pools = set
+			else
+				return nil, string.format("line %d: unknown setting %s", n, esc(key))
+			end
+		end
+	end
+	return p
+end
+
+local function check_policy(p, pool, gpus, vram)
+	if p == nil then return nil end
+	if p.pools and not p.pools[pool] then
+		return "pool", string.format("pool %s is not one of the site's pools", esc(pool))
+	end
+	if gpus > p.max_gpus then
+		return "gpus", string.format("%d GPUs asked for, at most %d allowed per job", gpus, p.max_gpus)
+	end
+	if vram and p.max_vram and not le_digits(vram, p.max_vram) then
+		return "vram", string.format("a VRAM slice of %s bytes asked for, at most %s allowed", vram, p.max_vram)
+	end
+	return nil
+end
+
+-- The policy file, re-read at most once a second: a change applies to the
+-- next submission without touching this script.  JUICE_POLICY_FILE (a global
+-- set before this script is loaded) overrides the path, for tests.
+local POLICY_FILE = JUICE_POLICY_FILE or "/etc/juice-slurm/juice-policy.conf"
+local cache = { at = nil }
+
+-- Returns policy (nil: no file, the grammar's bounds only) or false, why.
+local function site_policy()
+	local now = os.time()
+	if cache.at == now then return cache.policy, cache.why end
+	local f = io.open(POLICY_FILE, "r")
+	local policy, why
+	if f == nil then
+		policy = nil
+	else
+		local text = f:read("*a")
+		f:close()
+		local p, err = parse_policy(text or "")
+		if p then policy = p else policy, why = false, POLICY_FILE .. ": " .. err end
+	end
+	cache.at, cache.policy, cache.why = now, policy, why
+	return policy, why
+end
+
+-- For the tests.
+M.parse_request, M.parse_policy, M.check_policy, M.esc = parse_request, parse_policy, check_policy, esc
+M.forget_policy = function() cache.at = nil end
+
+local function refuse(msg, code)
+	slurm.log_user("juice: %s", msg)
+	slurm.log_info("juice: job_submit refused: %s", msg)
+	return code or slurm.ERROR
+end
+
+-- job_submit(job_desc, part_list, submit_uid): slurm_job_submit's work for
+-- juice-slurm.  Returns slurm.SUCCESS (the job untouched when it is not a
+-- Juice job) or an error code after telling the user why.
+function M.job_submit(job_desc, part_list, submit_uid)
+	local req = spank_env(job_desc, "JUICE_REQUEST")
+	if req == nil then
+		-- Not a Juice job (a plugin that set only the parts is broken).
+		if spank_env(job_desc, "JUICE_POOL") ~= nil then
+			return refuse("incomplete Juice request (JUICE_POOL without " ..
+				"JUICE_REQUEST): is the juice SPANK plugin up to date?")
+		end
+		return slurm.SUCCESS
+	end
+	if req == false then
+		return refuse("conflicting Juice requests in the job")
+	end
+	local kind, pool, gpus, vram = parse_request(req)
+	if kind == "none" then
+		return refuse(string.format("JUICE_REQUEST %s is not a Juice request", esc(req)))
+	end
+	if kind == "error" then
+		local what = pool
+		if what == "length" then
+			return refuse(string.format(
+				"the Juice request is %d bytes, more than the %d a job " ..
+				"comment holds", #req, MAX_LEN))
+		end
+		return refuse(string.format("malformed Juice request %s (bad %s)", esc(req), what))
+	end
+	-- The parts, when present, must agree with the request.
+	local p, g, v = spank_env(job_desc, "JUICE_POOL"),
+		spank_env(job_desc, "JUICE_GPU_COUNT"), spank_env(job_desc, "JUICE_VRAM")
+	if (p ~= nil and p ~= pool) or (g ~= nil and g ~= tostring(gpus)) or
+	   (v ~= nil and v ~= vram) then
+		return refuse(string.format(
+			"Juice request %s disagrees with JUICE_POOL/JUICE_GPU_COUNT/" ..
+			"JUICE_VRAM", esc(req)))
+	end
+	local policy, why = site_policy()
+	if policy == false then
+		slurm.log_error("juice: the site policy does not parse, refusing Juice jobs: %s", why)
+		return refuse("the site's Juice policy is broken; ask your administrator")
+	end
+	local what, reason = check_policy(policy, pool, gpus, vram)
+	if what then
+		return refuse(string.format("%s (the site's limit on %s)", reason, what))
+	end
+
+	job_desc.admin_comment = req
+	local c = job_desc.comment
+	if c == nil or c == "" or parse_request(c) ~= "none" then
+		job_desc.comment = req
+	end
+	slurm.log_info("juice: job_submit: uid %d request %s", submit_uid, req)
+	return slurm.SUCCESS
+end
+
+-- job_modify(job_desc, job_rec, part_list, modify_uid): slurm_job_modify's
+-- work for juice-slurm (keeps a Juice job's request out of its owner's reach).
+function M.job_modify(job_desc, job_rec, part_list, modify_uid)
+	if parse_request(job_rec.admin_comment) == "none" then return slurm.SUCCESS end
+	if trusted_uids[modify_uid] then return slurm.SUCCESS end
+	if job_desc.comment ~= nil or job_desc.admin_comment ~= nil then
+		-- ESLURM_ACCESS_DENIED: scontrol prints "Access/permission denied".
+		return refuse(string.format(
+			"job %d is a Juice job: its comment and admin_comment hold " ..
+			"the request and cannot be changed", job_rec.job_id),
+			slurm.ESLURM_ACCESS_DENIED)
+	end
+	return slurm.SUCCESS
+end
+
+return M
