@@ -54,6 +54,13 @@ func hookMain(ctx context.Context, which string, args []string, getenv func(stri
 	fs := flag.NewFlagSet("juice-slurm hook "+which, flag.ContinueOnError)
 	o := hookFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
+		// A job that asked nothing of Juice never fails because juice-slurm is misconfigured (a broken settings
+		// file, a bad JUICE_* value): it makes no call anyway. Nor does an epilog, which helps nobody by failing.
+		if !errors.Is(err, flag.ErrHelp) && (which == "epilog" || getenv("SPANK_JUICE_REQUEST") == "") {
+			fmt.Fprintf(stderr, "juice: job %s: %v (ignored: the %s of a job without a Juice request passes)\n",
+				getenv("SLURM_JOB_ID"), err, which)
+			return nil
+		}
 		return err
 	}
 	url, secretFile, stateDir, prologWait, epilogWait, trustComment, logFile := o.url, o.secretFile, o.stateDir,
@@ -72,7 +79,7 @@ func hookMain(ctx context.Context, which string, args []string, getenv func(stri
 	switch {
 	case err != nil:
 		h.say("%v", err)
-		if which == "epilog" {
+		if which == "epilog" || getenv("SPANK_JUICE_REQUEST") == "" {
 			return nil
 		}
 		return exitCode(1)

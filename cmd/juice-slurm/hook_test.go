@@ -266,3 +266,34 @@ func TestHookURLListSkipsAReplicaThatIsDown(t *testing.T) {
 	require.Equal(t, 1, exitStatus(w.run("prolog", "--prolog-wait", "500ms")))
 	require.Contains(t, w.stderr.String(), downURL)
 }
+
+// A job without a Juice request passes its prolog and epilog whatever is wrong with juice-slurm's settings; a
+// Juice job's prolog fails on them.
+func TestHookPassesPlainJobsWhenMisconfigured(t *testing.T) {
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "juice-slurm.conf")
+	require.NoError(t, os.WriteFile(broken, []byte("no-such-setting = 1\n"), 0o644))
+	for name, extra := range map[string][]string{
+		"broken settings file":  {"--config", broken},
+		"missing settings file": {"--config", filepath.Join(dir, "absent.conf")},
+		"bad flag value":        {"--prolog-wait", "soon"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newHookWorld(t, status(http.StatusInternalServerError, "must not be called"))
+			delete(w.env, "SPANK_JUICE_REQUEST")
+			require.Equal(t, 0, exitStatus(w.run("prolog", extra...)), w.stderr.String())
+			require.Equal(t, 0, exitStatus(w.run("epilog", extra...)), w.stderr.String())
+			require.Contains(t, w.stderr.String(), "juice: job 42: ")
+			require.Zero(t, w.api.calls)
+
+			w = newHookWorld(t, status(http.StatusInternalServerError, "must not be called"))
+			require.NotEqual(t, 0, exitStatus(w.run("prolog", extra...)), "a Juice job's prolog passed misconfigured")
+			require.Equal(t, 0, exitStatus(w.run("epilog", extra...)), w.stderr.String())
+		})
+	}
+	// Without SLURM_JOB_ID (not run by slurmctld): a plain job's prolog still passes.
+	w := newHookWorld(t, status(http.StatusInternalServerError, "must not be called"))
+	delete(w.env, "SPANK_JUICE_REQUEST")
+	delete(w.env, "SLURM_JOB_ID")
+	require.Equal(t, 0, exitStatus(w.run("prolog")))
+}
