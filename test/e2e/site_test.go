@@ -173,6 +173,21 @@ func TestPlainJobsPassWhateverJuiceSlurmsState(t *testing.T) {
 		require.NotEqual(t, 0, code, out)
 		require.Contains(t, out, "PrologSlurmctld failed")
 	})
+	t.Run("settings file broken", func(t *testing.T) {
+		// juice-slurm's own settings file, which `juice-slurm hook` reads, with a setting no command knows.
+		settings := "/etc/juice-slurm/juice-slurm.conf"
+		old, err := os.ReadFile(settings)
+		had := err == nil
+		require.NoError(t, os.WriteFile(settings, []byte("no-such-setting = 1\n"), 0o644))
+		t.Cleanup(func() {
+			if had {
+				require.NoError(t, os.WriteFile(settings, old, 0o644))
+			} else {
+				require.NoError(t, os.Remove(settings))
+			}
+		})
+		plainJobsPass(t)
+	})
 	t.Run("job_submit module missing", func(t *testing.T) {
 		module := filepath.Join(slurmEtc, "juice_submit.lua")
 		require.NoError(t, os.Rename(module, module+".e2e-hidden"))
@@ -203,6 +218,10 @@ func TestPlainJobsPassWhateverJuiceSlurmsState(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(proxy.Close)
 		u.Host = proxy.Addr()
+		// The test bed's passfile names PostgreSQL's own port: carry the password in the URL through the proxy.
+		if pf := u.Query().Get("passfile"); pf != "" {
+			u.User = url.UserPassword(u.User.Username(), passFromFile(t, pf, u.User.Username()))
+		}
 		testbed.StopProcess(world.controller)
 		require.NoError(t, startControllerOn(u.String()))
 		t.Cleanup(func() {
@@ -212,6 +231,21 @@ func TestPlainJobsPassWhateverJuiceSlurmsState(t *testing.T) {
 		proxy.Close()
 		plainJobsPass(t)
 	})
+}
+
+// passFromFile finds user's password in a PostgreSQL passfile (host:port:database:user:password lines).
+func passFromFile(t *testing.T, path, user string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 5)
+		if len(f) == 5 && (f[3] == user || f[3] == "*") {
+			return f[4]
+		}
+	}
+	t.Fatalf("no password for %s in %s", user, path)
+	return ""
 }
 
 // tcpProxy forwards connections to a target until closed; Close cuts every open connection too.
