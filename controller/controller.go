@@ -135,6 +135,7 @@ type Controller struct {
 
 	crashed atomic.Bool // set by tests: stop as a killed replica would, leaving the lease to expire
 	tuning  atomic.Pointer[Tuning]
+	health  health
 	retuned chan struct{} // wakes the leader's loop after Retune
 	// listen, when set, replaces the hub's LISTEN connection (tests hold a reconnect back with it).
 	listen func(ctx context.Context) (*pgx.Conn, error)
@@ -148,11 +149,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(c.Store)
 	}
-	c.Juice = InstrumentJuice(c.Juice, c.Metrics)
+	c.Juice = watchJuice{InstrumentJuice(c.Juice, c.Metrics), &c.health}
 	hub := &notify.Hub{Pool: c.Store.Pool(), Cluster: c.Config.Cluster, Log: c.Log.WithName("notify"), Connect: c.listen}
 	hooks := &HookServer{Store: c.Store, Hub: hub, Jobs: c.Slurm, Secret: c.Secret, Metrics: c.Metrics,
 		Log: c.Log.WithName("hooks"), MaxWait: c.Config.MaxHookWait, TrustComment: c.Config.TrustComment,
-		Ready: func(ctx context.Context) error { return c.Store.Pool().Ping(ctx) }}
+		Ready: c.ready}
 	ln := c.Listener
 	if ln == nil {
 		var err error
@@ -187,7 +188,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}()
 	el := &leader.Elector{Leases: c.Store, Name: "reconciler/" + c.Config.Cluster, Holder: c.Config.Holder,
 		TTL: c.Config.LeaseTTL, Renew: c.Config.LeaseRenew, Log: c.Log.WithName("lease"),
-		OnLead: func(ctx context.Context) { c.lead(ctx, hub) }, Leading: c.Metrics.setLeader, KeepLease: c.crashed.Load}
+		OnLead: func(ctx context.Context) { c.lead(ctx, hub) }, Leading: c.setLeading, KeepLease: c.crashed.Load}
 	go func() { defer wg.Done(); el.Run(ctx) }()
 	metricsAt := "none"
 	if mln != nil {
@@ -242,6 +243,88 @@ func (c *Controller) Tuning() Tuning {
 	return Tuning{PollInterval: c.Config.PollInterval, Lookahead: c.Config.Lookahead, Sweep: c.Config.Sweep}
 }
 
+// health is what /readyz reports beyond the database: the leader's last word from slurmrestd and from Juice.
+type health struct {
+	mu           sync.Mutex
+	leading      bool
+	slurm, juice error
+}
+
+func (h *health) set(which *error, err error) {
+	h.mu.Lock()
+	*which = err
+	h.mu.Unlock()
+}
+
+// setLeading records leadership for /readyz and the metrics; a new term starts with no word from either service.
+func (c *Controller) setLeading(on bool) {
+	c.health.mu.Lock()
+	c.health.leading, c.health.slurm, c.health.juice = on, nil, nil
+	c.health.mu.Unlock()
+	c.Metrics.setLeader(on)
+}
+
+// ready is /readyz: every replica needs the database (it serves the hooks from it); the leader also needs
+// slurmrestd (its last poll worked) and the Juice Controller (its last call reached it and was let in).
+func (c *Controller) ready(ctx context.Context) error {
+	if err := c.Store.Pool().Ping(ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	c.health.mu.Lock()
+	defer c.health.mu.Unlock()
+	if !c.health.leading {
+		return nil
+	}
+	if c.health.slurm != nil {
+		return fmt.Errorf("leader: slurmrestd: %w", c.health.slurm)
+	}
+	if c.health.juice != nil {
+		return fmt.Errorf("leader: Juice Controller: %w", c.health.juice)
+	}
+	return nil
+}
+
+// watchJuice notes in health whether the Juice Controller can be reached: a call that could not get through, or
+// was not let in, makes the leader unready; any answer (even "not found" or "no capacity") makes it ready again.
+type watchJuice struct {
+	juiceapi.Client
+	h *health
+}
+
+func (w watchJuice) note(err error) {
+	if err != nil && !errors.Is(err, juiceapi.ErrUnavailable) && !errors.Is(err, juiceapi.ErrUnauthorized) {
+		err = nil
+	}
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	w.h.set(&w.h.juice, err)
+}
+
+func (w watchJuice) RequestSession(ctx context.Context, key uuid.UUID, req juiceapi.SessionRequest) (string, error) {
+	id, err := w.Client.RequestSession(ctx, key, req)
+	w.note(err)
+	return id, err
+}
+
+func (w watchJuice) GetSession(ctx context.Context, id string) (*juiceapi.Session, error) {
+	s, err := w.Client.GetSession(ctx, id)
+	w.note(err)
+	return s, err
+}
+
+func (w watchJuice) CancelSession(ctx context.Context, id string) error {
+	err := w.Client.CancelSession(ctx, id)
+	w.note(err)
+	return err
+}
+
+func (w watchJuice) ListAgents(ctx context.Context, pool string) ([]juiceapi.Agent, error) {
+	a, err := w.Client.ListAgents(ctx, pool)
+	w.note(err)
+	return a, err
+}
+
 // metricsListener listens for /metrics; nil when metrics are off.
 func (c *Controller) metricsListener() (net.Listener, error) {
 	if c.MetricsListener != nil {
@@ -271,6 +354,10 @@ var retries = backoff.Policy{Base: 200 * time.Millisecond, Max: time.Minute}
 func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 	rq := queue.New[uuid.UUID](ctx, retries) // the reconciler's
 	jq := queue.New[uuid.UUID](ctx, retries) // the job actor's
+	defer c.Metrics.leadQueues(queueLengths{
+		"reconcile": func() int { return rq.Len() + rq.Waiting() },
+		"jobs":      func() int { return jq.Len() + jq.Waiting() },
+	})()
 	p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
 		TrustComment: c.Config.TrustComment, Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: rq.Add}
 	// Each actor hears of the changes it acts on: the reconciler of what observers want (its own status writes
@@ -338,6 +425,9 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		}
 		err := p.Poll(ctx)
 		c.Metrics.observePoll(err)
+		if ctx.Err() == nil {
+			c.health.set(&c.health.slurm, err)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			failing++
@@ -374,7 +464,9 @@ func (c *Controller) waitForPoll(ctx context.Context, poll, resync, sweep <-chan
 		case <-resync:
 			relist()
 		case <-sweep:
-			if err := Sweep(ctx, c.Store, c.Juice, c.Log.WithName("sweep")); err != nil {
+			n, err := Sweep(ctx, c.Store, c.Juice, c.Log.WithName("sweep"))
+			c.Metrics.observeSweep(n, err)
+			if err != nil {
 				c.Log.Error(err, "sweep failed")
 			}
 		}

@@ -356,7 +356,9 @@ func TestSweepCancelsOrphans(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, h.liveSessions(), 2)
 
-	require.NoError(t, Sweep(ctx, h.store, h.juice, h.log))
+	n, err := Sweep(ctx, h.store, h.juice, h.log)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 	live := h.liveSessions()
 	require.Len(t, live, 1, "the orphan is cancelled")
 	require.Equal(t, foreign, live[0].ID, "a session with a key we do not know is left alone")

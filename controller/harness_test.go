@@ -132,7 +132,7 @@ func (h *harness) startControllerOf(st *store.Store, slurm Slurm, name string, c
 	mln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(h.t, err)
 	c = &Controller{Config: cfg, Store: st, Slurm: slurm, Juice: h.juice, Key: session.StaticKey(h.key),
-		Secret: h.secret, Log: h.log.WithName(name), Listener: ln, MetricsListener: mln}
+		Secret: h.secret, Log: h.log.WithName(name), Listener: ln, MetricsListener: mln, Metrics: NewMetrics(st)}
 	if tweak != nil {
 		tweak(c)
 	}

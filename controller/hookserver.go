@@ -65,8 +65,8 @@ type HookServer struct {
 // Handler returns the HTTP handler.
 func (a *HookServer) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/prolog", a.auth(a.prolog))
-	mux.HandleFunc("POST /v1/epilog", a.auth(a.epilog))
+	mux.HandleFunc("POST /v1/prolog", a.count("prolog", a.auth(a.prolog)))
+	mux.HandleFunc("POST /v1/epilog", a.count("epilog", a.auth(a.epilog)))
 	a.probes(mux)
 	return mux
 }
@@ -93,6 +93,36 @@ func (a *HookServer) probes(mux *http.ServeMux) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+}
+
+// count counts each call of a hook by its outcome: the reply's, or what its HTTP status says.
+func (a *HookServer) count(hook string, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rec := &outcomeRecorder{ResponseWriter: w, code: http.StatusOK}
+		next(rec, r)
+		outcome := rec.outcome
+		switch {
+		case rec.code == http.StatusUnauthorized:
+			outcome = "unauthorized"
+		case rec.code >= 400 && rec.code < 500:
+			outcome = "bad_request"
+		case rec.code >= 500 || outcome == "":
+			outcome = "error"
+		}
+		a.Metrics.observeHook(hook, outcome)
+	}
+}
+
+// outcomeRecorder keeps the status code and the outcome of a hook's reply.
+type outcomeRecorder struct {
+	http.ResponseWriter
+	code    int
+	outcome string
+}
+
+func (o *outcomeRecorder) WriteHeader(code int) {
+	o.code = code
+	o.ResponseWriter.WriteHeader(code)
 }
 
 func (a *HookServer) auth(next http.HandlerFunc) http.HandlerFunc {
@@ -292,6 +322,14 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 func reply(w http.ResponseWriter, v any) {
+	if rec, ok := w.(*outcomeRecorder); ok {
+		switch v := v.(type) {
+		case hookapi.PrologReply:
+			rec.outcome = v.Outcome
+		case hookapi.EpilogReply:
+			rec.outcome = v.Outcome
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
 }

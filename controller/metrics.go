@@ -2,7 +2,15 @@ package controller
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +32,19 @@ type Metrics struct {
 	juiceRequests     *prometheus.HistogramVec
 	leader            prometheus.Gauge
 	polls             *prometheus.CounterVec
+	lastGoodPoll      prometheus.Gauge
+	sweeps            *prometheus.CounterVec
+	sweptSessions     prometheus.Counter
+	hookRequests      *prometheus.CounterVec
+	buildInfo         *prometheus.GaugeVec
+
+	all     []prometheus.Collector // every collector registered, for Names
+	leading atomic.Bool                  // the reservations gauge and queue depths are the leader's to export
+	queues  atomic.Pointer[queueLengths] // the leader's work queues, while it leads
 }
+
+// queueLengths reads the depth of the leader's work queues.
+type queueLengths map[string]func() int
 
 // NewMetrics registers every metric; store feeds the reservations-by-state gauge at scrape time.
 func NewMetrics(st *store.Store) *Metrics {
@@ -51,14 +71,76 @@ func NewMetrics(st *store.Store) *Metrics {
 			Name: "juice_slurm_leader", Help: "1 while this replica holds the leader lease and reconciles."}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "juice_slurm_polls_total", Help: "Polls of slurmrestd, by result."}, []string{"result"}),
+		lastGoodPoll: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "juice_slurm_last_successful_poll_timestamp_seconds", Help: "When the leader last listed slurmrestd's jobs without an error (Unix time)."}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "juice_slurm_sweeps_total", Help: "Sweeps for sessions that belong to no live run, by result."}, []string{"result"}),
+		sweptSessions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "juice_slurm_swept_sessions_total", Help: "Sessions the sweep cancelled because they belonged to no live run."}),
+		hookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "juice_slurm_hook_requests_total", Help: "Calls of the hook API, by hook and outcome (ready, waiting, failed, none, released, or unauthorized, bad_request, error)."},
+			[]string{"hook", "outcome"}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "juice_slurm_build_info", Help: "Always 1: the version of this controller and the Go it was built with."},
+			[]string{"version", "goversion"}),
 	}
-	m.Registry.MustRegister(m.reconcileDuration, m.reconcileErrors, m.submitToReady, m.prologWait, m.slurmRequests,
-		m.juiceRequests, m.leader, m.polls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.register(m.reconcileDuration, m.reconcileErrors, m.submitToReady, m.prologWait, m.slurmRequests,
+		m.juiceRequests, m.leader, m.polls, m.lastGoodPoll, m.sweeps, m.sweptSessions, m.hookRequests, m.buildInfo,
+		&queueCollector{m: m, desc: prometheus.NewDesc("juice_slurm_queue_depth",
+			"Keys waiting in the leader's work queues (ready now or later), by queue.", []string{"queue"}, nil)},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.buildInfo.WithLabelValues("unknown", runtime.Version()).Set(1)
 	if st != nil {
-		m.Registry.MustRegister(&stateCollector{store: st, desc: prometheus.NewDesc("juice_slurm_reservations",
-			"Reservations by pool and state.", []string{"pool", "state"}, nil)})
+		m.register(&stateCollector{store: st, m: m, desc: prometheus.NewDesc("juice_slurm_reservations",
+			"Open reservations of this cluster by pool and state, exported by the leader only (sum over replicas is right).",
+			[]string{"pool", "state"}, nil), pools: map[string]bool{}})
 	}
 	return m
+}
+
+func (m *Metrics) register(cs ...prometheus.Collector) {
+	m.Registry.MustRegister(cs...)
+	m.all = append(m.all, cs...)
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// Names are the names of every metric family this registry may export.
+func (m *Metrics) Names() []string {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, c := range m.all {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	var out []string
+	for d := range ch {
+		if sm := fqName.FindStringSubmatch(d.String()); sm != nil {
+			out = append(out, sm[1])
+		}
+	}
+	return out
+}
+
+// SetVersion names this build in juice_slurm_build_info.
+func (m *Metrics) SetVersion(version string) {
+	if m == nil {
+		return
+	}
+	m.buildInfo.Reset()
+	m.buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+}
+
+// WatchTokenExpiry exports juice_slurm_token_expiry_timestamp_seconds{token=name}, read at each scrape from the
+// token's JWT "exp" claim; a token that is not a JWT with an expiry (a Juice M2M token) exports nothing.
+func (m *Metrics) WatchTokenExpiry(name string, token func() (string, error)) {
+	if m == nil {
+		return
+	}
+	m.register(&tokenCollector{name: name, token: token, desc: prometheus.NewDesc(
+		"juice_slurm_token_expiry_timestamp_seconds", "When a token this replica uses expires (Unix time, from its JWT exp claim).",
+		nil, prometheus.Labels{"token": name})})
 }
 
 // The methods accept a nil *Metrics, so tests and tools can leave metrics out.
@@ -106,12 +188,40 @@ func (m *Metrics) observePoll(err error) {
 		return
 	}
 	m.polls.WithLabelValues(result(err)).Inc()
+	if err == nil {
+		m.lastGoodPoll.SetToCurrentTime()
+	}
+}
+
+func (m *Metrics) observeSweep(cancelled int, err error) {
+	if m == nil {
+		return
+	}
+	m.sweeps.WithLabelValues(result(err)).Inc()
+	m.sweptSessions.Add(float64(cancelled))
+}
+
+func (m *Metrics) observeHook(hook, outcome string) {
+	if m == nil {
+		return
+	}
+	m.hookRequests.WithLabelValues(hook, outcome).Inc()
+}
+
+// leadQueues exports the depths of the leader's queues while it leads; the returned func stops that.
+func (m *Metrics) leadQueues(q queueLengths) func() {
+	if m == nil {
+		return func() {}
+	}
+	m.queues.Store(&q)
+	return func() { m.queues.Store(nil) }
 }
 
 func (m *Metrics) setLeader(on bool) {
 	if m == nil {
 		return
 	}
+	m.leading.Store(on)
 	if on {
 		m.leader.Set(1)
 	} else {
@@ -126,24 +236,108 @@ func result(err error) string {
 	return "ok"
 }
 
-// stateCollector counts reservations by state at scrape time: the database is the truth, and any replica can
-// report it.
+// stateCollector counts the open reservations of this cluster by pool and state at scrape time, with one cheap
+// query on the index of open rows (Store.OpenCounts): the history of ended runs is not read. Only the leader
+// exports it, so that a sum over replicas counts each reservation once. A pool seen once is exported with zeros
+// after its last reservation ends, so graphs and alerts see the drop rather than a gap.
 type stateCollector struct {
 	store *store.Store
+	m     *Metrics
 	desc  *prometheus.Desc
+	mu    sync.Mutex
+	pools map[string]bool
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if !c.m.leading.Load() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	counts, err := c.store.Summary(ctx)
+	counts, err := c.store.OpenCounts(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	for _, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n.N), n.Pool, string(n.State))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := map[string]map[reconcile.State]int{}
+	for _, k := range counts {
+		c.pools[k.Pool] = true
+		if n[k.Pool] == nil {
+			n[k.Pool] = map[reconcile.State]int{}
+		}
+		n[k.Pool][k.State] = k.N
 	}
+	for pool := range c.pools {
+		for _, s := range reconcile.States {
+			if !s.Final() {
+				ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n[pool][s]), pool, string(s))
+			}
+		}
+	}
+}
+
+// queueCollector exports the leader's queue depths.
+type queueCollector struct {
+	m    *Metrics
+	desc *prometheus.Desc
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	q := c.m.queues.Load()
+	if q == nil {
+		return
+	}
+	for name, n := range *q {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n()), name)
+	}
+}
+
+// tokenCollector reads a token's expiry at scrape time.
+type tokenCollector struct {
+	name  string
+	token func() (string, error)
+	desc  *prometheus.Desc
+}
+
+func (c *tokenCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *tokenCollector) Collect(ch chan<- prometheus.Metric) {
+	tok, err := c.token()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, fmt.Errorf("token %s: %w", c.name, err))
+		return
+	}
+	if exp, ok := JWTExpiry(tok); ok {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(exp.Unix()))
+	}
+}
+
+// JWTExpiry reads the "exp" claim of a JWT without verifying it (the controller only reports it; slurmrestd
+// is the one that checks it). ok is false for anything that is not a JWT with an expiry.
+func JWTExpiry(tok string) (time.Time, bool) {
+	parts := strings.Split(strings.TrimSpace(tok), ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims struct {
+		Exp *json.Number `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
+		return time.Time{}, false
+	}
+	f, err := claims.Exp.Float64()
+	if err != nil || f <= 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(int64(f), 0), true
 }

@@ -23,10 +23,12 @@ import (
 // or the tag in the session's version field (juiceapi.TaggedVersion), which the legacy controller echoes; its
 // agent listing shows no sessions, so every active agent is read (juiceapi.WalkPool). A session booked twice
 // for a run (a lost answer) and still queued when its run let go is found here once it is placed.
-func Sweep(ctx context.Context, st *store.Store, juice juiceapi.Client, log logr.Logger) error {
+//
+// It returns how many sessions it cancelled.
+func Sweep(ctx context.Context, st *store.Store, juice juiceapi.Client, log logr.Logger) (int, error) {
 	view, err := juiceapi.WalkPool(ctx, juice, "", time.Now())
 	if err != nil {
-		return fmt.Errorf("sweep: walk the agents: %w", err)
+		return 0, fmt.Errorf("sweep: walk the agents: %w", err)
 	}
 	cancelled := 0
 	for _, a := range view.Agents {
@@ -43,13 +45,13 @@ func Sweep(ctx context.Context, st *store.Store, juice juiceapi.Client, log logr
 				continue
 			}
 			if err != nil {
-				return err
+				return cancelled, err
 			}
 			if !r.Status.State.Final() && (r.Status.SessionID == "" || r.Status.SessionID == s.ID) {
 				continue
 			}
 			if err := juice.CancelSession(ctx, s.ID); err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
-				return fmt.Errorf("sweep: cancel session %s: %w", s.ID, err)
+				return cancelled, fmt.Errorf("sweep: cancel session %s: %w", s.ID, err)
 			}
 			cancelled++
 			log.Info("cancelled a session that belongs to no live run", "session", s.ID, "reservation", r.ID,
@@ -59,5 +61,5 @@ func Sweep(ctx context.Context, st *store.Store, juice juiceapi.Client, log logr
 	if cancelled > 0 {
 		log.Info("sweep done", "cancelled", cancelled)
 	}
-	return nil
+	return cancelled, nil
 }

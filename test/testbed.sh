@@ -107,6 +107,8 @@ install_packages() {
 	# For the plugin's libFuzzer targets (make -C spank fuzz-smoke): clang with its sanitizer runtimes.
 	command -v clang >/dev/null || need+=(clang)
 	compgen -G '/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a' >/dev/null || need+=(libclang-rt-14-dev)
+	# promtool checks deploy/monitoring's alert rules (TestAlertRulesPassPromtool); the server is not started.
+	command -v promtool >/dev/null || need+=(prometheus)
 	((${#need[@]})) || return 0
 	log "installing from Debian's packages: ${need[*]}"
 	# Postinst scripts would start the daemons themselves (without our config); policy-rc.d tells them not to.

@@ -168,8 +168,16 @@ func runController(ctx context.Context, args []string) error {
 			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, Window: *o.window}, TrustComment: *o.trustComment,
 			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
 			Policy: limits},
-		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log,
+		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log, Metrics: controller.NewMetrics(st),
 	}
+	c.Metrics.SetVersion(Version)
+	c.Metrics.WatchTokenExpiry("slurmrestd", func() (string, error) {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return tokens.Token(tctx)
+	})
+	juiceTok := secretfile.New(*o.juiceToken, nil)
+	c.Metrics.WatchTokenExpiry("juice", juiceTok.Value)
 	was := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) { was[f.Name] = f.Value.String() })
 	go retuneOnHangup(ctx, hup, c, args, was, level, log)

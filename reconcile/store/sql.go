@@ -121,6 +121,10 @@ var (
 		WHERE r.cluster = $1 AND e.reservation_id = $2 ORDER BY e.id`
 	sqlSummary = `SELECT pool, state, count(*) FROM juice_reservations WHERE cluster = $1
 		GROUP BY pool, state ORDER BY pool, state`
+	// The open rows only, on the partial index juice_reservations_open: a metrics scrape must not read the
+	// history of ended runs.
+	sqlOpenCounts = `SELECT pool, state, count(*) FROM juice_reservations WHERE cluster = $1
+		AND state NOT IN ('released', 'failed') GROUP BY pool, state ORDER BY pool, state`
 )
 
 // The leader lease.

@@ -435,9 +435,19 @@ func (s *Store) Events(ctx context.Context, id uuid.UUID) ([]reconcile.Transitio
 
 // Summary counts the cluster's reservations by pool and state.
 func (s *Store) Summary(ctx context.Context) ([]Count, error) {
-	rows, err := s.pool.Query(ctx, sqlSummary, s.cluster)
+	return s.counts(ctx, "summary", sqlSummary)
+}
+
+// OpenCounts counts the cluster's open reservations (not released or failed) by pool and state, reading only
+// the index of open rows.
+func (s *Store) OpenCounts(ctx context.Context) ([]Count, error) {
+	return s.counts(ctx, "open counts", sqlOpenCounts)
+}
+
+func (s *Store) counts(ctx context.Context, what, sql string) ([]Count, error) {
+	rows, err := s.pool.Query(ctx, sql, s.cluster)
 	if err != nil {
-		return nil, fmt.Errorf("summary: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Count, error) {
 		var c Count
@@ -445,7 +455,7 @@ func (s *Store) Summary(ctx context.Context) ([]Count, error) {
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("summary: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return cs, nil
 }
