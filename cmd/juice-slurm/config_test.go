@@ -116,8 +116,9 @@ prolog-wait = 90s
 // The default file is read when it exists; a missing default file is no error, a missing named one is.
 func TestDefaultConfigFile(t *testing.T) {
 	dir := t.TempDir()
+	was := defaultConfig
 	defaultConfig = filepath.Join(dir, "juice-slurm.conf")
-	t.Cleanup(func() { defaultConfig = DefaultConfig })
+	t.Cleanup(func() { defaultConfig = was })
 	newFS := func() (*flag.FlagSet, *storeOpts) {
 		fs := flag.NewFlagSet("status", flag.ContinueOnError)
 		return fs, storeFlags(fs)
@@ -224,4 +225,10 @@ func TestOutputSwitchesAreForTheCommandLineOnly(t *testing.T) {
 	o := statusFlags(fs)
 	require.NoError(t, parseFlags(fs, []string{"--config="}))
 	require.False(t, *o.json)
+}
+
+// The tests never read the host's settings file: an e2e run on the same host may be rewriting it.
+func TestMain(m *testing.M) {
+	defaultConfig = ""
+	os.Exit(m.Run())
 }

@@ -51,8 +51,8 @@ func TestSighupRetunesAndNeverStops(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"controller", "--config", conf, "--log-format", "console"}) }()
-	ready := func() bool {
-		resp, err := http.Get("http://" + addr + "/readyz")
+	serving := func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
 		if err != nil {
 			return false
 		}
@@ -60,7 +60,7 @@ func TestSighupRetunesAndNeverStops(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for !ready() {
+	for !serving() {
 		select {
 		case err := <-done:
 			t.Fatalf("the controller stopped at start: %v", err)
@@ -94,7 +94,7 @@ func TestSighupRetunesAndNeverStops(t *testing.T) {
 		t.Fatalf("SIGHUP with a bad file stopped the controller: %v", err)
 	case <-time.After(time.Second): // the signals were handled or are queued; either way nothing may change
 	}
-	require.True(t, ready(), "still serving")
+	require.True(t, serving(), "still serving")
 
 	cancel()
 	select {
