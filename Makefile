@@ -17,7 +17,7 @@ ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
 .PHONY: all build go-build spank test unit test-go test-smoke test-spank test-e2e test-compat testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \
-	juice-legacy-up juice-legacy-down test-juice-legacy-smoke test-juice-legacy-loss
+	juice-legacy-up juice-legacy-down test-juice-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
 all: build
 
@@ -37,7 +37,7 @@ unit:
 # Everything CI runs: the test bed comes up first (installing what is missing), then the C and Go suites
 # against the real daemons, the end-to-end suite and a short chaos run on the wired cluster, then the Slurm
 # 24.11 and 26.05 compatibility runs.
-test: testbed-up build lint test-spank test-go test-smoke test-e2e chaos-short test-compat
+test: testbed-up build lint test-spank test-go test-smoke test-e2e chaos-short test-juice-legacy test-compat
 	@echo "make test: all suites passed"
 
 test-spank:
@@ -82,6 +82,16 @@ juice-legacy-down:
 
 test-juice-legacy-smoke:
 	$(GO) test -count=1 -tags legacy -v -run '^TestLegacy' ./test/juicelegacy/
+
+# juice-slurm against the legacy controller (brought up here): its own tests and the juiceapi contract suite
+# (which juice-sim passes in test-go), then on the wired cluster the e2e cases that apply to it (srun with 2 GPUs, a
+# VRAM slice, cancel while pending, requeue when full) and the short chaos run, with the legacy controller as the
+# Juice side.
+LEGACY_E2E = ^(TestSrunGetsTwoGPUs|TestSbatchVRAMSliceWritesSessionEnv|TestPendingRequestVisibleAndCancelReleases|TestPoolFullBatchJobIsRequeuedThenServed)$$
+test-juice-legacy: build
+	bash test/juicelegacy/legacy.sh up
+	CI=true $(GO) test -count=1 -tags legacy -run '^(TestLegacy|TestContractLegacy)' ./test/juicelegacy/
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && JUICE_E2E_JUICE=legacy $(GO) test -count=1 -timeout 20m -tags e2e -run "$(LEGACY_E2E)" ./test/e2e/ && $(GO) run ./test/chaos -juice legacy -jobs 60 -kills 4 -rest-outage 15s'
 
 # The agent-loss test waits for the controller's 30 s missing-agent timeout.
 test-juice-legacy-loss:

@@ -8,6 +8,10 @@
 //
 // It needs the test bed up and wired (make testbed-wire) and the binaries built; it uses the test bed's ports
 // 7070 (simulator) and 7171 (hook API), so it never runs beside the e2e suite.
+//
+// With -juice legacy the Juice side is the legacy open-source controller that test/juicelegacy/legacy.sh up runs
+// (make test-juice-legacy): it has no fault injection, it shares the test bed's PostgreSQL (so PostgreSQL is not
+// restarted), and its sessions are counted from its own database, each by the key its version field carries.
 package main
 
 import (
@@ -41,6 +45,16 @@ const (
 	simToken = "m2m_chaos_token_not_secret"
 )
 
+// legacy is the legacy controller's env file when it is the Juice side (-juice legacy).
+var legacy *testbed.Env
+
+func legacyEnvFile() string {
+	if p := os.Getenv("JUICE_LEGACY_ENV"); p != "" {
+		return p
+	}
+	return "/var/tmp/juice-testbed/legacy/env"
+}
+
 type chaos struct {
 	env        testbed.Env
 	repo, dir  string
@@ -50,6 +64,9 @@ type chaos struct {
 	store      *store.Store
 	kills      int
 	restarts   []time.Duration // controller down time per kill
+	sim        *exec.Cmd
+	errRate    float64
+	latency    time.Duration
 }
 
 func main() {
@@ -59,8 +76,21 @@ func main() {
 	errRate := flag.Float64("error-rate", 0.2, "fraction of simulator requests answered 500")
 	latency := flag.Duration("latency", 200*time.Millisecond, "latency added to every simulator request")
 	timeout := flag.Duration("timeout", 25*time.Minute, "give up after this long")
+	juiceSide := flag.String("juice", "sim", "the Juice side: sim (juice-sim, with faults) or legacy (the legacy controller, up already)")
 	out := flag.String("out", "", "also write the figures to this file")
 	flag.Parse()
+	if *juiceSide == "legacy" {
+		env, err := testbed.Load(legacyEnvFile())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: -juice legacy: the legacy controller is not up (make juice-legacy-up): %v\n", err)
+			os.Exit(1)
+		}
+		legacy = &env
+		*errRate, *latency = 0, 0
+	} else if *juiceSide != "sim" {
+		fmt.Fprintf(os.Stderr, "chaos: -juice %q: want sim or legacy\n", *juiceSide)
+		os.Exit(2)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	if err := run(ctx, *jobs, *kills, *outage, *errRate, *latency, *out); err != nil {
@@ -82,7 +112,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 	if err != nil {
 		return err
 	}
-	c := &chaos{env: env, repo: repo}
+	c := &chaos{env: env, repo: repo, errRate: errRate, latency: latency}
 	if c.dir, err = os.MkdirTemp("", "juice-chaos-"); err != nil {
 		return err
 	}
@@ -111,39 +141,24 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 	}
 
 	for _, addr := range []string{simAddr, hookAddr} {
-		if err := testbed.PortFree(addr); err != nil {
+		if err := testbed.PortFree(addr); err != nil && (legacy == nil || addr == hookAddr) {
 			return err
 		}
 	}
-	// The simulator, with its faults from the start.
-	tokenFile := filepath.Join(c.dir, "juice.token")
-	if err := os.WriteFile(tokenFile, []byte(simToken+"\n"), 0o600); err != nil {
+	juiceArgs, err := c.startJuice()
+	if err != nil {
 		return err
 	}
-	simCfg := filepath.Join(c.dir, "sim.json")
-	if err := os.WriteFile(simCfg, []byte(`{"tick": "100ms", "activateDelay": "100ms", "cancelDelay": "100ms",
-		"pools": [{"id": "test", "agents": [{"count": 4, "gpus": 8, "vram": "80GiB"}]}]}`), 0o644); err != nil {
-		return err
-	}
-	sim := exec.Command(filepath.Join(c.repo, "bin/juice-sim"), "--listen", simAddr, "--token-file", tokenFile,
-		"--config", simCfg, "--fault-error-rate", fmt.Sprint(errRate), "--fault-latency", latency.String(), "--log-format", "json")
-	if err := testbed.StartLogged(sim, filepath.Join(c.dir, "sim.log")); err != nil {
-		return err
-	}
-	defer testbed.StopProcess(sim)
-	if err := testbed.WaitHTTP("http://"+simAddr+"/healthz", 20*time.Second); err != nil {
-		return err
-	}
+	defer c.stopJuice()
 	ctlLog := filepath.Join(env.Get("JUICE_TESTBED_DIR"), "log", "chaos-controller.log")
 	_ = os.Remove(ctlLog)
 	startCtl := func() error {
-		cmd := exec.Command(filepath.Join(c.repo, "bin/juice-slurm"), "controller",
+		cmd := exec.Command(filepath.Join(c.repo, "bin/juice-slurm"), append([]string{"controller",
 			"--cluster", env.Cluster(), "--database-url", c.dbURL,
 			"--slurmrestd-url", env.SlurmrestdURL(), "--slurm-user", env.SlurmUser(), "--slurm-token-file", env.TokenFile(),
-			"--juice-url", "http://"+simAddr, "--juice-token-file", tokenFile,
 			"--cluster-key", "/etc/juice-slurm/cluster.key", "--hook-secret", "/etc/juice-slurm/hook.secret",
 			"--hook-listen", hookAddr, "--poll-interval", "500ms", "--session-poll", "200ms", "--lease-ttl", "3s",
-			"--sweep-interval", "15s", "--log-format", "json")
+			"--sweep-interval", "15s", "--log-format", "json"}, juiceArgs...)...)
 		if err := testbed.StartLogged(cmd, ctlLog); err != nil {
 			return err
 		}
@@ -157,7 +172,53 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 	if err := testbed.WaitHTTP("http://"+hookAddr+"/readyz", 60*time.Second); err != nil {
 		return err
 	}
+	return c.disturb(ctx, startCtl, nJobs, nKills, outage, errRate, latency, out)
+}
 
+// startJuice starts the simulator with its faults (or, with -juice legacy, checks the legacy controller answers)
+// and returns the controller's flags that point at it.
+func (c *chaos) startJuice() ([]string, error) {
+	if legacy != nil {
+		if err := testbed.WaitHTTP(legacy.Get("JUICE_LEGACY_URL")+"/v1/status", 10*time.Second); err != nil {
+			return nil, fmt.Errorf("the legacy controller: %w", err)
+		}
+		// Its agents read their answers with one 4 KB read, and every session on an agent (each listing all its
+		// GPUs) makes the answer longer: fewer sessions reserved ahead keeps an agent under it (README).
+		return []string{"--juice-url", legacy.Get("JUICE_LEGACY_URL"), "--juice-token-file", legacy.Get("JUICE_LEGACY_TOKEN_FILE"),
+			"--juice-pools", legacy.Get("JUICE_LEGACY_POOLS"), "--lookahead-per-pool", "2"}, nil
+	}
+	// The simulator, with its faults from the start.
+	tokenFile := filepath.Join(c.dir, "juice.token")
+	if err := os.WriteFile(tokenFile, []byte(simToken+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	simCfg := filepath.Join(c.dir, "sim.json")
+	if err := os.WriteFile(simCfg, []byte(`{"tick": "100ms", "activateDelay": "100ms", "cancelDelay": "100ms",
+		"pools": [{"id": "test", "agents": [{"count": 4, "gpus": 8, "vram": "80GiB"}]}]}`), 0o644); err != nil {
+		return nil, err
+	}
+	sim := exec.Command(filepath.Join(c.repo, "bin/juice-sim"), "--listen", simAddr, "--token-file", tokenFile,
+		"--config", simCfg, "--fault-error-rate", fmt.Sprint(c.errRate), "--fault-latency", c.latency.String(), "--log-format", "json")
+	if err := testbed.StartLogged(sim, filepath.Join(c.dir, "sim.log")); err != nil {
+		return nil, err
+	}
+	c.sim = sim
+	if err := testbed.WaitHTTP("http://"+simAddr+"/healthz", 20*time.Second); err != nil {
+		return nil, err
+	}
+	return []string{"--juice-url", "http://" + simAddr, "--juice-token-file", tokenFile}, nil
+}
+
+func (c *chaos) stopJuice() {
+	if c.sim != nil {
+		testbed.StopProcess(c.sim)
+	}
+}
+
+// disturb submits the jobs, breaks things while they run, waits for the end and verifies.
+func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKills int, outage time.Duration, errRate float64,
+	latency time.Duration, out string) error {
+	env := c.env
 	start := time.Now()
 	logf("submitting %d jobs", nJobs)
 	var ids []uint32
@@ -200,7 +261,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 			return err
 		}
 		c.restarts = append(c.restarts, time.Since(down))
-		if k == 1 && !pgRestarted {
+		if k == 1 && !pgRestarted && legacy == nil { // the legacy controller shares the server: not with it
 			logf("restarting PostgreSQL")
 			if out, err := exec.Command("setpriv", "--reuid=postgres", "--regid=postgres", "--clear-groups",
 				"/usr/lib/postgresql/15/bin/pg_ctl", "-D", filepath.Join(env.Get("JUICE_TESTBED_DIR"), "pg/data"),
@@ -296,6 +357,9 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slurmrest.Job, start time.Time,
 	pgRestarted, restStopped bool, outage time.Duration, errRate float64, latency time.Duration, out string) error {
 	sessions, err := simSessions()
+	if legacy != nil {
+		sessions, err = legacyDBSessions(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -360,10 +424,10 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 | controller kill -9 | %d (longest restart to healthy: %s) |
 | PostgreSQL restarted | %v |
 | slurmrestd stopped | %v (%s) |
-| simulator faults | %.0f%% errors, %s added latency |
+| %s |
 | wall time | %s |
 `, time.Now().Format(time.DateTime), len(ids), len(ids)-len(notCompleted), requeued, runs, failedRuns, len(sessions), leaked,
-		twoSessions, c.kills, maxDown.Round(time.Millisecond), pgRestarted, restStopped, outage, errRate*100, latency,
+		twoSessions, c.kills, maxDown.Round(time.Millisecond), pgRestarted, restStopped, outage, juiceSide(errRate, latency),
 		time.Since(start).Round(time.Second))
 	fmt.Println()
 	fmt.Print(report)
@@ -371,6 +435,9 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
 			return err
 		}
+	}
+	if legacy != nil {
+		problems = append(problems, legacyAlive()...)
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%d problems:\n  %s", len(problems), strings.Join(problems, "\n  "))
@@ -400,4 +467,69 @@ func simSessions() ([]juiceapi.Session, error) {
 	defer resp.Body.Close()
 	var out []juiceapi.Session
 	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+func juiceSide(errRate float64, latency time.Duration) string {
+	if legacy != nil {
+		return "Juice side | the legacy controller (no fault injection; PostgreSQL shared, so not restarted)"
+	}
+	return fmt.Sprintf("simulator faults | %.0f%% errors, %s added latency", errRate*100, latency)
+}
+
+// legacyDBSessions reads every session the legacy controller ever stored, from its own database (it has no
+// session listing, and its agents forget closed sessions), each with the key its version field carries.
+func legacyDBSessions(ctx context.Context) ([]juiceapi.Session, error) {
+	conn, err := os.ReadFile(filepath.Join(legacy.Get("JUICE_LEGACY_DIR"), "run", "psql.conn"))
+	if err != nil {
+		return nil, fmt.Errorf("the legacy controller's database: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, strings.TrimSpace(string(conn)))
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	rows, err := pool.Query(ctx, `SELECT uuid::text, state, version FROM sessions WHERE deleted_at IS NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("the legacy controller's sessions: %w", err)
+	}
+	defer rows.Close()
+	names := []string{"unknown", juiceapi.StateQueued, juiceapi.StateAssigned, juiceapi.StateActive, juiceapi.StateCanceling, juiceapi.StateClosed}
+	var out []juiceapi.Session
+	for rows.Next() {
+		var s juiceapi.Session
+		var state int
+		if err := rows.Scan(&s.ID, &state, &s.Version); err != nil {
+			return nil, err
+		}
+		if state >= 0 && state < len(names) {
+			s.State = names[state]
+		}
+		s.IdempotencyKey = s.Key()
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// legacyAlive reports a legacy controller that no longer answers, or emulated agents that exited (as a real
+// agent exits on an answer it cannot read or a cancel of a session it does not hold).
+func legacyAlive() []string {
+	var problems []string
+	if err := testbed.WaitHTTP(legacy.Get("JUICE_LEGACY_URL")+"/v1/status", 5*time.Second); err != nil {
+		problems = append(problems, fmt.Sprintf("the legacy controller no longer answers: %v", err))
+	}
+	resp, err := http.Get(legacy.Get("JUICE_LEGACY_AGENTS_URL") + "/agents")
+	if err != nil {
+		return append(problems, fmt.Sprintf("agent emulator: %v", err))
+	}
+	defer resp.Body.Close()
+	var agents []struct{ Name, State, Reason string }
+	if err := json.NewDecoder(resp.Body).Decode(&agents); err != nil {
+		return append(problems, fmt.Sprintf("agent emulator: %v", err))
+	}
+	for _, a := range agents {
+		if a.State != "running" {
+			problems = append(problems, fmt.Sprintf("emulated agent %s is %s: %s", a.Name, a.State, a.Reason))
+		}
+	}
+	return problems
 }

@@ -252,13 +252,26 @@ func TestPendingRequestVisibleAndCancelReleases(t *testing.T) {
 }
 
 // A batch job whose pool is full is requeued by the failing prolog, and served once capacity frees.
+//
+// With the legacy controller a whole-GPU request never fills a GPU (sessions stack on it), so both ask for most of
+// its VRAM; and VRAM given back by a closed session is never added back there, so once the holder ended the pool's
+// agent is restarted (what its operator does), and only then is the requeued job served.
 func TestPoolFullBatchJobIsRequeuedThenServed(t *testing.T) {
 	s := openStore(t)
-	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 25")
+	ask := []string{"--juice-pool=small"}
+	if legacyMode() {
+		ask = append(ask, "--juice-vram=12")
+	}
+	holder := sbatch(t, append(ask, "-o", "/dev/null", "--wrap", "sleep 25")...)
 	waitFor(t, 60*time.Second, "the holder has the pool's only GPU", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
 	outFile := filepath.Join(world.dir, "poolfull.out")
-	job := sbatch(t, "--juice-pool=small", "-o", outFile, "--wrap", "env")
+	job := sbatch(t, append(ask, "-o", outFile, "--wrap", "env")...)
 	waitFor(t, 90*time.Second, "the job is requeued", func() bool { return getJob(t, job).Run >= 1 })
+	if legacyMode() {
+		waitJobDone(t, holder, 2*time.Minute)
+		noLiveSession(t, s, holder)
+		legacyAgentsAdmin(t, "/agents/emu-small/restart")
+	}
 	j := waitJobDone(t, job, 4*time.Minute)
 	require.Equal(t, slurmrest.StateCompleted, j.State)
 	b, err := os.ReadFile(outFile)

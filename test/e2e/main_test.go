@@ -5,6 +5,10 @@
 // juice-slurm controller and juice-sim running as processes, and PostgreSQL.
 //
 //	make test-e2e     (brings the test bed up and wires it first)
+//
+// With JUICE_E2E_JUICE=legacy the Juice side is the legacy open-source controller that test/juicelegacy/legacy.sh
+// up runs (its env file: JUICE_LEGACY_ENV, default /var/tmp/juice-testbed/legacy/env) instead of juice-sim;
+// make test-juice-legacy runs the subset that applies to it.
 package e2e
 
 import (
@@ -43,7 +47,15 @@ var world struct {
 	ctlLog     string
 	slurm      *slurmrest.Client
 	repo       string
+
+	// The Juice side: juice-sim, or with legacy the legacy controller, read through our client.
+	juiceURL, juiceToken, juicePools string
+	legacy                           *testbed.Env
+	juice                            *juiceapi.HTTPClient
 }
+
+// legacyMode: the Juice side is the legacy controller (JUICE_E2E_JUICE=legacy).
+func legacyMode() bool { return os.Getenv("JUICE_E2E_JUICE") == "legacy" }
 
 func TestMain(m *testing.M) {
 	os.Exit(runAll(m))
@@ -84,12 +96,16 @@ func runAll(m *testing.M) int {
 		testbed.StopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
 	}
 
+	if legacyMode() {
+		return runLegacy(m, ctx)
+	}
 	for _, addr := range []string{simAddr, hookAddr} {
 		if err := testbed.PortFree(addr); err != nil {
 			return fail("%v", err)
 		}
 	}
 	world.simToken = filepath.Join(dir, "juice.token")
+	world.juiceURL, world.juiceToken = "http://"+simAddr, world.simToken
 	must(os.WriteFile(world.simToken, []byte(simToken+"\n"), 0o600))
 	simCfg := filepath.Join(dir, "sim.json")
 	// Pool "test" is roomy; pool "small" has one GPU, to fill it on purpose.
@@ -140,7 +156,7 @@ func startControllerOn(dbURL string) error {
 		"--cluster", world.env.Cluster(), "--database-url", dbURL,
 		"--slurmrestd-url", world.env.SlurmrestdURL(), "--slurm-user", world.env.SlurmUser(),
 		"--slurm-token-file", world.env.TokenFile(),
-		"--juice-url", "http://"+simAddr, "--juice-token-file", world.simToken,
+		"--juice-url", world.juiceURL, "--juice-token-file", world.juiceToken, "--juice-pools", world.juicePools,
 		"--cluster-key", "/etc/juice-slurm/cluster.key", "--hook-secret", secret, "--hook-listen", hookAddr,
 		"--poll-interval", "500ms", "--session-poll", "100ms", "--lease-ttl", "3s", "--sweep-interval", "10s",
 		"--log-format", "json")
@@ -188,6 +204,9 @@ func simSessions(t *testing.T) []juiceapi.Session {
 }
 
 func listSimSessions() ([]juiceapi.Session, error) {
+	if world.legacy != nil {
+		return legacySessions()
+	}
 	req, _ := http.NewRequest(http.MethodGet, "http://"+simAddr+"/admin/sessions", nil)
 	req.Header.Set("Authorization", "Bearer "+simToken)
 	resp, err := http.DefaultClient.Do(req)
@@ -243,4 +262,79 @@ func checkNoLeaks(ctx context.Context) error {
 		return fmt.Errorf("%d sessions leaked: %s", len(leaked), strings.Join(leaked, ", "))
 	}
 	return nil
+}
+
+// runLegacy is runAll's second half with the legacy controller as the Juice side: it must be up already (make
+// juice-legacy-up); the controller is pointed at it with its pools mapped by name (--juice-pools).
+func runLegacy(m *testing.M, ctx context.Context) int {
+	path := os.Getenv("JUICE_LEGACY_ENV")
+	if path == "" {
+		path = "/var/tmp/juice-testbed/legacy/env"
+	}
+	lenv, err := testbed.Load(path)
+	if err != nil {
+		return fail("JUICE_E2E_JUICE=legacy but the legacy controller is not up (make juice-legacy-up): %v", err)
+	}
+	world.legacy = &lenv
+	world.juiceURL, world.juiceToken, world.juicePools = lenv.Get("JUICE_LEGACY_URL"), lenv.Get("JUICE_LEGACY_TOKEN_FILE"), lenv.Get("JUICE_LEGACY_POOLS")
+	pools, err := juiceapi.ParsePools(world.juicePools)
+	if err != nil {
+		return fail("JUICE_LEGACY_POOLS: %v", err)
+	}
+	if world.juice, err = juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: world.juiceURL, TokenFile: world.juiceToken, Pools: pools}); err != nil {
+		return fail("%v", err)
+	}
+	if err := testbed.PortFree(hookAddr); err != nil {
+		return fail("%v", err)
+	}
+	world.ctlLog = filepath.Join(world.dir, "controller.log")
+	if err := startController(); err != nil {
+		return fail("start the controller: %v", err)
+	}
+	defer func() { testbed.StopProcess(world.controller) }()
+	tok := slurmrest.FileToken(world.env.TokenFile())
+	world.slurm, err = slurmrest.New(slurmrest.Config{BaseURL: world.env.SlurmrestdURL(), UserName: world.env.SlurmUser(), TokenSource: tok})
+	if err != nil {
+		return fail("%v", err)
+	}
+	code := m.Run()
+	if err := checkNoLeaks(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: leak check after the run: %v\n", err)
+		code = 1
+	}
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "--- controller log (last lines) ---\n%s\n--- legacy controller log ---\n%s\n", tail(world.ctlLog),
+			tail(filepath.Join(lenv.Get("JUICE_LEGACY_LOG_DIR"), "controller.log")))
+	}
+	return code
+}
+
+// legacySessions are the sessions the legacy controller's active agents hold (it has no session listing, and
+// forgets closed sessions on its agents), each with the key its version field carries.
+func legacySessions() ([]juiceapi.Session, error) {
+	view, err := juiceapi.WalkPool(context.Background(), world.juice, "", time.Now())
+	if err != nil {
+		return nil, err
+	}
+	var out []juiceapi.Session
+	for _, a := range view.Agents {
+		for _, s := range a.Sessions {
+			s.IdempotencyKey = s.Key()
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// legacyAgentsAdmin posts to the legacy agent emulator's admin API (e.g. "/agents/emu-small/restart").
+func legacyAgentsAdmin(t *testing.T, path string) {
+	t.Helper()
+	resp, err := http.Post(world.legacy.Get("JUICE_LEGACY_AGENTS_URL")+path, "application/json", nil)
+	if err != nil {
+		t.Fatalf("agent emulator %s: %v", path, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("agent emulator %s: HTTP %d", path, resp.StatusCode)
+	}
 }

@@ -16,7 +16,7 @@
 #                           is passed on, never printed
 #   JUICE_LEGACY_SRC        the legacy source (default: ../shared/third_party/juice-labs-legacy beside the repository)
 #   JUICE_LEGACY_PORT       controller port (default 8480); JUICE_LEGACY_ISSUER_PORT (8481); JUICE_LEGACY_AGENTS_PORT (8482)
-#   JUICE_LEGACY_POOLS      pools to create, comma-separated (default test,demo)
+#   JUICE_LEGACY_POOLS      pools to create, comma-separated (default test,demo,small)
 #   JUICE_LEGACY_AGENTS     agent emulator config JSON file (default: agents.json beside this script)
 set -euo pipefail
 
@@ -86,7 +86,7 @@ AGENTS_PORT=${JUICE_LEGACY_AGENTS_PORT:-8482}
 AUDIENCE=${JUICE_LEGACY_AUDIENCE:-https://juice-legacy.test/api}
 SUBJECT=${JUICE_LEGACY_SUBJECT:-juice-slurm-test}
 DB=${JUICE_LEGACY_DB:-juice_legacy_tb}
-POOLS=${JUICE_LEGACY_POOLS:-test,demo}
+POOLS=${JUICE_LEGACY_POOLS:-test,demo,small}
 AGENTS_CONFIG=${JUICE_LEGACY_AGENTS:-$HERE/agents.json}
 ENV_FILE=$LEG/env
 TESTBED_ENV=${JUICE_TESTBED_ENV:-/var/tmp/juice-testbed/env}
