@@ -72,7 +72,10 @@ func (rc *Reconciler) Reconcile(ctx context.Context, id uuid.UUID) (Result, erro
 		if r.Status.State.Final() {
 			return Result{}, nil
 		}
-		res, done, err := rc.step(ctx, log, &r)
+		// A reservation that turned requesting in this very pass cannot have a request at the controller yet:
+		// its first request needs no look for an earlier one.
+		fresh := i > 0 && r.Status.State == StateRequesting && r.Status.Reason == requestReason(r)
+		res, done, err := rc.step(ctx, log, &r, fresh)
 		if err != nil || done {
 			return res, err
 		}
@@ -81,7 +84,9 @@ func (rc *Reconciler) Reconcile(ctx context.Context, id uuid.UUID) (Result, erro
 }
 
 // step takes one transition (done false), or says how long to wait (done true).
-func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
+func requestReason(r Reservation) string { return "asking the Juice Controller for " + r.Request.Describe() }
+
+func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation, fresh bool) (Result, bool, error) {
 	// Not wanted any more: whatever it holds or is getting is let go, in every state that serves the run.
 	if !r.Spec.Wanted && r.Status.State.Serving() {
 		reason := r.Spec.WantReason
@@ -99,14 +104,17 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation)
 		}
 		// The intent is committed here, before the controller is asked: a crash after this line finds the
 		// reservation requesting, and asks again with the same key.
-		return Result{}, false, rc.apply(ctx, log, r, EventRequest, "asking the Juice Controller for "+r.Request.Describe())
+		return Result{}, false, rc.apply(ctx, log, r, EventRequest, requestReason(*r))
 
 	case StateRequesting:
 		// A request with this key may be at the controller already (a crash, or an answer lost on the way),
 		// and a controller without idempotency would book a second session. So look first: the run's
 		// sessions carry its key. A session still queued is not on any agent yet; if one is booked twice
 		// that way, the orphan is cancelled once it is placed (when the run becomes ready, or by the sweep).
-		view, err := rc.walk(ctx, r.Request.Pool)
+		view, err := &juiceapi.PoolView{}, error(nil)
+		if !fresh {
+			view, err = rc.walk(ctx, r.Request.Pool)
+		}
 		if errors.Is(err, juiceapi.ErrNoCapacity) { // the pool cannot be named to the controller
 			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice Controller cannot ever fit "+r.Request.Describe()+": "+err.Error())
 		}
