@@ -37,7 +37,7 @@ unit:
 # Everything CI runs: the test bed comes up first (installing what is missing), then the C and Go suites
 # against the real daemons, the end-to-end suite and a short chaos run on the wired cluster, then the Slurm
 # 24.11 and 26.05 compatibility runs.
-test: testbed-up build lint test-spank test-go test-smoke test-e2e chaos-short test-juice-legacy test-compat
+test: testbed-up build lint test-spank test-go test-smoke test-e2e chaos-short test-compat
 	@echo "make test: all suites passed"
 
 test-spank:
