@@ -68,7 +68,16 @@ type Config struct {
 	MaxHookWait time.Duration
 	// Policy is the site's limits on requests (juice-policy.conf); nil: the grammar's bounds only.
 	Policy *policy.Policy
+	// Retention is how long the reservations of runs that ended are kept (with their events); the leader prunes
+	// older ones when it starts leading and every PruneInterval. Default 30 days; <0 keeps them for ever. It
+	// must exceed the cluster's longest job time limit (see store.Prune).
+	Retention time.Duration
+	// PruneInterval: default 1h.
+	PruneInterval time.Duration
 }
+
+// DefaultRetention is how long ended runs are kept by default.
+const DefaultRetention = 30 * 24 * time.Hour
 
 func (c *Config) defaults() {
 	set := func(d *time.Duration, v time.Duration) {
@@ -84,6 +93,8 @@ func (c *Config) defaults() {
 	set(&c.LeaseTTL, 15*time.Second)
 	set(&c.LeaseRenew, 5*time.Second)
 	set(&c.MaxHookWait, 30*time.Second)
+	set(&c.Retention, DefaultRetention)
+	set(&c.PruneInterval, time.Hour)
 	if c.Workers == 0 {
 		c.Workers = 4
 	}
@@ -398,6 +409,10 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 			return reconcile.Result{}, ja.Act(ctx, id)
 		})
 	}()
+	if c.Config.Retention > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.prune(ctx) }()
+	}
 	relist()
 	tune := c.Tuning()
 	poll := time.NewTicker(tune.PollInterval)
@@ -469,6 +484,27 @@ func (c *Controller) waitForPoll(ctx context.Context, poll, resync, sweep <-chan
 			if err != nil {
 				c.Log.Error(err, "sweep failed")
 			}
+		}
+	}
+}
+
+// prune deletes the runs that ended more than the retention ago, now and every PruneInterval, while leading.
+func (c *Controller) prune(ctx context.Context) {
+	t := time.NewTicker(c.Config.PruneInterval)
+	defer t.Stop()
+	for {
+		n, err := c.Store.Prune(ctx, time.Now().Add(-c.Config.Retention))
+		c.Metrics.observePrune(n, err)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.Log.Error(err, "prune the runs that ended", "retention", c.Config.Retention.String())
+		case n > 0:
+			c.Log.Info("pruned the runs that ended", "reservations", n, "retention", c.Config.Retention.String())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

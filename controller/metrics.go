@@ -36,6 +36,7 @@ type Metrics struct {
 	sweeps            *prometheus.CounterVec
 	sweptSessions     prometheus.Counter
 	hookRequests      *prometheus.CounterVec
+	pruned            *prometheus.CounterVec
 	buildInfo         *prometheus.GaugeVec
 
 	all     []prometheus.Collector // every collector registered, for Names
@@ -80,12 +81,15 @@ func NewMetrics(st *store.Store) *Metrics {
 		hookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "juice_slurm_hook_requests_total", Help: "Calls of the hook API, by hook and outcome (ready, waiting, failed, none, released, or unauthorized, bad_request, error)."},
 			[]string{"hook", "outcome"}),
+		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "juice_slurm_pruned_reservations_total", Help: "Reservations of ended runs deleted by the retention, by result of the prune."},
+			[]string{"result"}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "juice_slurm_build_info", Help: "Always 1: the version of this controller and the Go it was built with."},
 			[]string{"version", "goversion"}),
 	}
 	m.register(m.reconcileDuration, m.reconcileErrors, m.submitToReady, m.prologWait, m.slurmRequests,
-		m.juiceRequests, m.leader, m.polls, m.lastGoodPoll, m.sweeps, m.sweptSessions, m.hookRequests, m.buildInfo,
+		m.juiceRequests, m.leader, m.polls, m.lastGoodPoll, m.sweeps, m.sweptSessions, m.hookRequests, m.pruned, m.buildInfo,
 		&queueCollector{m: m, desc: prometheus.NewDesc("juice_slurm_queue_depth",
 			"Keys waiting in the leader's work queues (ready now or later), by queue.", []string{"queue"}, nil)},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -199,6 +203,13 @@ func (m *Metrics) observeSweep(cancelled int, err error) {
 	}
 	m.sweeps.WithLabelValues(result(err)).Inc()
 	m.sweptSessions.Add(float64(cancelled))
+}
+
+func (m *Metrics) observePrune(n int64, err error) {
+	if m == nil {
+		return
+	}
+	m.pruned.WithLabelValues(result(err)).Add(float64(n))
 }
 
 func (m *Metrics) observeHook(hook, outcome string) {

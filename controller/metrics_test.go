@@ -231,3 +231,31 @@ func TestAlertRulesPassPromtool(t *testing.T) {
 		require.NoError(t, err, "promtool %s:\n%s", strings.Join(args, " "), out)
 	}
 }
+
+// The leader prunes the runs that ended longer than the retention ago as soon as it leads, and counts them.
+func TestLeaderPrunesEndedRuns(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	old := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 1}, request.Request{Pool: "test", GPUs: 1})
+	tr, err := reconcile.Apply(&old, reconcile.EventUnwanted, "test", time.Now())
+	require.NoError(t, err)
+	require.NoError(t, h.store.SaveStatus(ctx, &old, tr))
+	_, err = h.pool.Exec(ctx, `UPDATE juice_reservations SET updated_at = now() - interval '2 hours' WHERE id = $1`, old.ID)
+	require.NoError(t, err)
+	kept := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 2}, request.Request{Pool: "test", GPUs: 1})
+	tr, err = reconcile.Apply(&kept, reconcile.EventUnwanted, "test", time.Now())
+	require.NoError(t, err)
+	require.NoError(t, h.store.SaveStatus(ctx, &kept, tr))
+
+	c, _ := h.startController("a", Config{Retention: time.Hour})
+	eventually(t, 10*time.Second, "the old run pruned", func() bool {
+		_, err := h.store.Get(ctx, old.ID)
+		return errors.Is(err, reconcile.ErrNotFound)
+	})
+	_, err = h.store.Get(ctx, kept.ID)
+	require.NoError(t, err, "a run that ended within the retention is kept")
+	eventually(t, 5*time.Second, "counted", func() bool {
+		return samples(t, c, "juice_slurm_pruned_reservations_total")["result=ok"] == 1
+	})
+}

@@ -32,7 +32,7 @@ import (
 type controllerOpts struct {
 	cluster, dbURL, restURL, restUser, restToken, restVersion, juiceURL, juiceToken, keyFile, secretFile *string
 	hookListen, holder, policyFile, metricsListen, juicePools                                            *string
-	poll, waitPoll, window, leaseTTL, sweep                                                              *time.Duration
+	poll, waitPoll, window, leaseTTL, sweep, retention                                                   *time.Duration
 	perPool, workers                                                                                     *int
 	trustComment, juiceIdem                                                                              *bool
 	newLog                                                                                               func() (logr.Logger, zap.AtomicLevel, error)
@@ -64,11 +64,20 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		leaseTTL:      fs.Duration("lease-ttl", 15*time.Second, "leader lease time to live"),
 		sweep:         fs.Duration("sweep-interval", 5*time.Minute, "how often to cancel sessions that belong to no live run (negative: never; SIGHUP re-reads it)"),
 		workers:       fs.Int("workers", 4, "reconcile workers"),
+		retention:     fs.Duration("retention", controller.DefaultRetention, "keep the reservations of ended runs (and their events) this long; longer than the longest job time limit (0: for ever)"),
 		policyFile:    fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)"),
 	}
 	o.newLog = logFlags(fs)
 	o.level = fs.Lookup("log-level")
 	return o
+}
+
+// retentionOf maps --retention to controller.Config.Retention: 0 keeps ended runs for ever.
+func retentionOf(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // tuning is what SIGHUP may change (controller.Tuning).
@@ -166,7 +175,7 @@ func runController(ctx context.Context, args []string) error {
 	c := &controller.Controller{
 		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
 			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, Window: *o.window}, TrustComment: *o.trustComment,
-			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
+			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
 			Policy: limits},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log, Metrics: controller.NewMetrics(st),
 	}

@@ -121,6 +121,11 @@ var (
 		WHERE r.cluster = $1 AND e.reservation_id = $2 ORDER BY e.id`
 	sqlSummary = `SELECT pool, state, count(*) FROM juice_reservations WHERE cluster = $1
 		GROUP BY pool, state ORDER BY pool, state`
+	// Retention: the oldest reservations that ended before $2, at most $3 of them (index
+	// juice_reservations_ended); their events go with them (ON DELETE CASCADE).
+	sqlPrune = `DELETE FROM juice_reservations WHERE id IN (
+		SELECT id FROM juice_reservations WHERE cluster = $1 AND state IN ('released', 'failed') AND updated_at < $2
+		ORDER BY updated_at LIMIT $3)`
 	// The open rows only, on the partial index juice_reservations_open: a metrics scrape must not read the
 	// history of ended runs.
 	sqlOpenCounts = `SELECT pool, state, count(*) FROM juice_reservations WHERE cluster = $1

@@ -433,6 +433,27 @@ func (s *Store) Events(ctx context.Context, id uuid.UUID) ([]reconcile.Transitio
 	return ts, nil
 }
 
+// pruneBatch bounds one DELETE of Prune, so that pruning a long history never holds many row locks at once.
+const pruneBatch = 1000
+
+// Prune deletes the reservations of this cluster that ended (released or failed) before cutoff, with their
+// events, and returns how many. A run that ended is never reserved again while its reservation exists; once it
+// is pruned, a listing that still showed its job could reserve it anew, so the retention must exceed the
+// cluster's longest job time limit (it is 30 days by default).
+func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, sqlPrune, s.cluster, cutoff, pruneBatch)
+		if err != nil {
+			return total, fmt.Errorf("prune reservations that ended before %s: %w", cutoff.Format(time.RFC3339), err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < pruneBatch {
+			return total, nil
+		}
+	}
+}
+
 // Summary counts the cluster's reservations by pool and state.
 func (s *Store) Summary(ctx context.Context) ([]Count, error) {
 	return s.counts(ctx, "summary", sqlSummary)

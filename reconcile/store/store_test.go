@@ -378,3 +378,68 @@ func TestWritesAreAnnounced(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Notification{Cluster: "c", ID: r.ID, Kind: KindSpec}, next())
 }
+
+// Retention: Prune deletes the reservations of this cluster that ended before the cutoff, with their events, and
+// nothing else: not an open one however old, not one that ended after the cutoff, not another cluster's.
+func TestPruneDeletesEndedRunsBeforeTheCutoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner, s := newStores(t, "c")
+	other := New(s.pool, "other")
+	req := request.Request{Pool: "p", GPUs: 1}
+	mk := func(st *Store, job uint32, evs ...reconcile.Event) reconcile.Reservation {
+		r, _ := ensure(t, st, reconcile.NewReservation{Run: reconcile.RunID{Cluster: st.Cluster(), JobID: job}, Request: req})
+		for _, ev := range evs {
+			move(t, st, &r, ev, "test")
+		}
+		return r
+	}
+	oldReleased := mk(s, 1, reconcile.EventUnwanted)
+	oldFailed := mk(s, 2, reconcile.EventFail)
+	oldOpen := mk(s, 3, reconcile.EventRequest)
+	recent := mk(s, 4, reconcile.EventUnwanted)
+	otherOld := mk(other, 5, reconcile.EventUnwanted)
+	// Age all but the recent one by 40 days (as the owner: the test's own hand, not the controller's).
+	_, err := owner.pool.Exec(ctx, `UPDATE juice_reservations SET updated_at = now() - interval '40 days' WHERE id = ANY($1)`,
+		[]uuid.UUID{oldReleased.ID, oldFailed.ID, oldOpen.ID, otherOld.ID})
+	require.NoError(t, err)
+	eventsOf := func(id uuid.UUID) int {
+		var n int
+		require.NoError(t, owner.pool.QueryRow(ctx, `SELECT count(*) FROM juice_events WHERE reservation_id = $1`, id).Scan(&n))
+		return n
+	}
+	require.NotZero(t, eventsOf(oldReleased.ID))
+
+	n, err := s.Prune(ctx, time.Now().Add(-30*24*time.Hour))
+	require.NoError(t, err, "the runtime role may prune")
+	require.Equal(t, int64(2), n)
+	for _, gone := range []uuid.UUID{oldReleased.ID, oldFailed.ID} {
+		_, err := s.Get(ctx, gone)
+		require.ErrorIs(t, err, reconcile.ErrNotFound)
+		require.Zero(t, eventsOf(gone), "its events went with it")
+	}
+	for _, kept := range []reconcile.Reservation{oldOpen, recent} {
+		_, err := s.Get(ctx, kept.ID)
+		require.NoError(t, err, "job %d is kept", kept.Run.JobID)
+		require.NotZero(t, eventsOf(kept.ID))
+	}
+	_, err = other.Get(ctx, otherOld.ID)
+	require.NoError(t, err, "another cluster's history is its own controller's to prune")
+	n, err = s.Prune(ctx, time.Now().Add(-30*24*time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, n, "pruning again finds nothing")
+}
+
+// Prune works through more rows than one batch.
+func TestPruneTakesEveryBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner, s := newStores(t, "c")
+	_, err := owner.pool.Exec(ctx, `INSERT INTO juice_reservations (id, cluster, job_id, run, request, pool, gpus, state, wanted, updated_at)
+		SELECT gen_random_uuid(), 'c', g, 0, 'juice:v1:pool=p,gpus=1', 'p', 1, 'released', false, now() - interval '40 days'
+		FROM generate_series(1, $1::int) g`, pruneBatch*2+17)
+	require.NoError(t, err)
+	n, err := s.Prune(ctx, time.Now().Add(-24*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, int64(pruneBatch*2+17), n)
+}
