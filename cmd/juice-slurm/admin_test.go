@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
+	"runtime"
 	"testing"
 	"time"
 
@@ -106,4 +108,17 @@ func TestAdminCommandsSpeakJSON(t *testing.T) {
 	out.Reset()
 	require.NoError(t, runJobCommand(ctx, &out, "release", "5", append(args, "--json")))
 	require.JSONEq(t, `{"job":5,"released_runs":[1]}`, out.String())
+}
+
+// version prints the binary's version and schema, and the database's when it is given one.
+func TestVersionPrintsTheSchemas(t *testing.T) {
+	args := adminWorld(t)
+	var out bytes.Buffer
+	require.NoError(t, runVersion(context.Background(), &out, []string{"--config="}))
+	require.Equal(t, fmt.Sprintf("juice-slurm %s (%s)\nschema: %d (the newest this binary knows)\n", Version, runtime.Version(),
+		store.KnownSchema()), out.String())
+	out.Reset()
+	require.NoError(t, runVersion(context.Background(), &out, args[:3]))
+	require.Contains(t, out.String(), fmt.Sprintf("\ndatabase schema: %d\n", store.KnownSchema()))
+	require.Error(t, runVersion(context.Background(), &out, []string{"--config=", "--database-url", "postgres://nobody@127.0.0.1:1/x"}))
 }

@@ -33,6 +33,7 @@ var settingCommands = map[string]func(*flag.FlagSet){
 	"status":     func(fs *flag.FlagSet) { statusFlags(fs) },
 	"describe":   func(fs *flag.FlagSet) { jobFlags(fs) },
 	"release":    func(fs *flag.FlagSet) { jobFlags(fs) },
+	"version":    func(fs *flag.FlagSet) { versionFlags(fs) },
 }
 
 // commandLineOnly are flags about one invocation's output: neither the file nor the environment sets them, so a

@@ -35,7 +35,7 @@ Usage:
   juice-slurm describe job N [flags]      the history of job N's reservations
   juice-slurm release job N [flags]       release job N's sessions now
   juice-slurm settings [COMMAND] [flags]  the settings COMMAND (default controller) runs with, and their source
-  juice-slurm version
+  juice-slurm version [flags]             the binary's version and schema (and the database's)
 
 Settings: every flag can also be given as an environment variable JUICE_<FLAG> (upper case, '-' as '_') or as
 a 'flag = value' line in the configuration file, ` + DefaultConfig + ` (another with --config or
@@ -123,8 +123,7 @@ func run(ctx context.Context, args []string) error {
 	case "settings":
 		return runSettings(os.Stdout, rest)
 	case "version", "--version":
-		fmt.Println("juice-slurm", Version)
-		return nil
+		return runVersion(ctx, os.Stdout, rest)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil
