@@ -4,7 +4,8 @@ SHELL := /bin/bash
 GO ?= go
 GOFLAGS ?=
 BIN := bin
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The version of every artefact: the binaries, the plugin, the man page and the packages.
+VERSION ?= $(shell cat VERSION)
 LDFLAGS := -X main.Version=$(VERSION)
 STATICCHECK_VERSION := v0.8.2
 # Integration tests that talk to the test bed read its env file; see test/testbed/testbed.go.
@@ -15,7 +16,7 @@ export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
-.PHONY: all build go-build spank test unit test-go test-smoke test-spank test-e2e test-compat testbed-up testbed-down \
+.PHONY: all build go-build spank install package test-package test unit test-go test-smoke test-spank test-e2e test-compat testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -28,7 +29,62 @@ go-build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 spank:
-	$(MAKE) -C spank
+	$(MAKE) -C spank VERSION=$(VERSION)
+
+# make install [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=/etc]: the binaries, the plugin and the hooks in
+# $(LIBDIR), juice-slurm in $(PREFIX)/bin, the units, the man page, the docs, the examples and the monitoring
+# files; the settings file only when there is none. Paths inside the installed files follow PREFIX.
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+LIBDIR := $(PREFIX)/lib/juice-slurm
+DATADIR := $(PREFIX)/share/juice-slurm
+DOCDIR := $(PREFIX)/share/doc/juice-slurm
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+MANDIR := $(PREFIX)/share/man
+# Files that name the install directory: /usr/local/lib/juice-slurm in the tree.
+SUBST := sed -e 's\#/usr/local/lib/juice-slurm\#$(LIBDIR)\#g' -e 's\#/usr/share/doc/juice-slurm\#$(DOCDIR)\#g'
+install: build
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(DATADIR)/examples $(DESTDIR)$(DATADIR)/monitoring \
+		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/juice-slurm
+	install -m 0755 $(BIN)/juice-slurm $(BIN)/juice-sim $(DESTDIR)$(LIBDIR)/
+	install -m 0755 spank/build/spank_juice.so $(DESTDIR)$(LIBDIR)/
+	install -m 0755 hooks/juice-prolog.sh hooks/juice-epilog.sh deploy/juice-slurm-token-renew $(DESTDIR)$(LIBDIR)/
+	$(SUBST) hooks/slurmctld-parts.sh >$(DESTDIR)$(LIBDIR)/slurmctld-parts.sh && chmod 0755 $(DESTDIR)$(LIBDIR)/slurmctld-parts.sh
+	ln -sfn ../lib/juice-slurm/juice-slurm $(DESTDIR)$(PREFIX)/bin/juice-slurm
+	install -m 0644 hooks/job_submit.lua hooks/juice_submit.lua $(DESTDIR)$(DATADIR)/
+	for f in hooks/juice-config.sh deploy/juice-policy.conf deploy/juice-slurm.conf deploy/slurm.conf.juice \
+		deploy/plugstack.conf.d-juice.conf; do $(SUBST) $$f >$(DESTDIR)$(DATADIR)/examples/$$(basename $$f); done
+	install -m 0755 deploy/make-secrets.sh $(DESTDIR)$(DATADIR)/
+	install -m 0644 deploy/monitoring/*.yml deploy/monitoring/*.json deploy/monitoring/README.md $(DESTDIR)$(DATADIR)/monitoring/
+	for u in deploy/*.service deploy/*.timer; do $(SUBST) $$u >$(DESTDIR)$(UNITDIR)/$$(basename $$u); done
+	sed -e 's/^\.TH JUICE-SLURM 8 "\([^"]*\)" "juice-slurm [^"]*"/.TH JUICE-SLURM 8 "\1" "juice-slurm $(VERSION)"/' docs/juice-slurm.8 \
+		| gzip -9n >$(DESTDIR)$(MANDIR)/man8/juice-slurm.8.gz
+	install -m 0644 README.md CHANGELOG.md LICENSE docs/*.md $(DESTDIR)$(DOCDIR)/
+	[ -e $(DESTDIR)$(SYSCONFDIR)/juice-slurm/juice-slurm.conf ] || \
+		install -m 0644 deploy/juice-slurm.conf $(DESTDIR)$(SYSCONFDIR)/juice-slurm/juice-slurm.conf
+
+# Packages, built by nfpm (a Go tool, pinned here and installed outside our go.mod) from `make install` into a
+# staging tree: build/juice-slurm_$(VERSION)-1_amd64.deb and build/juice-slurm-$(VERSION)-1.x86_64.rpm. The plugin
+# is built against this host's spank.h: build the packages on the Slurm release they are for.
+NFPM_VERSION := v2.48.0
+TOOLS := /var/tmp/juice-tools
+NFPM ?= $(TOOLS)/nfpm-$(NFPM_VERSION)
+PKGROOT := build/pkgroot
+$(NFPM):
+	mkdir -p $(TOOLS)/bin
+	cd / && GOBIN=$(TOOLS)/bin GOFLAGS= $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+	mv $(TOOLS)/bin/nfpm $@
+
+package: build $(NFPM)
+	rm -rf $(PKGROOT) && mkdir -p build
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(PKGROOT) PREFIX=/usr UNITDIR=/usr/lib/systemd/system
+	rm -f build/juice-slurm_$(VERSION)-1_amd64.deb build/juice-slurm-$(VERSION)-1.x86_64.rpm
+	VERSION=$(VERSION) $(NFPM) package --config deploy/nfpm.yaml --packager deb --target build/
+	VERSION=$(VERSION) $(NFPM) package --config deploy/nfpm.yaml --packager rpm --target build/
+
+# Builds both packages, checks what they hold, and installs the .deb on this host (test/package/check.sh).
+test-package: package
+	bash test/package/check.sh $(VERSION) build/juice-slurm_$(VERSION)-1_amd64.deb build/juice-slurm-$(VERSION)-1.x86_64.rpm
 
 # Unit tests only: no service needed.
 unit:
@@ -119,5 +175,5 @@ lint:
 	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck -tags e2e,integration,smoke,legacy ./...
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) build
 	$(MAKE) -C spank clean

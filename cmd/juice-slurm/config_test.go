@@ -232,3 +232,19 @@ func TestMain(m *testing.M) {
 	defaultConfig = ""
 	os.Exit(m.Run())
 }
+
+// The man page shows every command of the usage, and the version of the VERSION file.
+func TestManPageNamesEveryCommand(t *testing.T) {
+	page, err := os.ReadFile("../../docs/juice-slurm.8")
+	require.NoError(t, err)
+	version, err := os.ReadFile("../../VERSION")
+	require.NoError(t, err)
+	require.Contains(t, string(page), `"juice-slurm `+strings.TrimSpace(string(version))+`"`, "docs/juice-slurm.8's .TH version")
+	for _, line := range strings.Split(usage, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "juice-slurm" {
+			continue
+		}
+		require.Contains(t, string(page), ".B juice-slurm "+f[1], "the man page's SYNOPSIS lacks %q", f[1])
+	}
+}
