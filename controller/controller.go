@@ -12,6 +12,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -74,6 +75,9 @@ type Config struct {
 	Retention time.Duration
 	// PruneInterval: default 1h.
 	PruneInterval time.Duration
+	// HookTLS, when set, makes the hook API serve TLS (hookapi.ServerTLS): the hooks send their secret only to a
+	// listener that proves it holds the key of the certificate they pin. Nil serves plain HTTP (tests).
+	HookTLS *tls.Config
 }
 
 // DefaultRetention is how long ended runs are kept by default.
@@ -171,6 +175,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		if ln, err = net.Listen("tcp", c.Config.HookListen); err != nil {
 			return fmt.Errorf("hook API: %w", err)
 		}
+	}
+	if c.Config.HookTLS != nil {
+		ln = tls.NewListener(ln, c.Config.HookTLS)
 	}
 	mln, err := c.metricsListener()
 	if err != nil {

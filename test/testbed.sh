@@ -441,9 +441,11 @@ cmd_wire() {
 	[ -s $JUICE_ETC/cluster.key ] || (umask 077 && openssl rand -hex 32 >$JUICE_ETC/cluster.key)
 	chown $SLURM_USER:$SLURM_USER $JUICE_ETC/cluster.key && chmod 0600 $JUICE_ETC/cluster.key
 	[ -s $JUICE_ETC/hook.secret ] || (umask 077 && openssl rand -hex 32 >$JUICE_ETC/hook.secret)
+	# The hook API's certificate, which the hooks pin, and its key (the controller runs as root here).
+	sh "$REPO/deploy/make-hook-cert.sh" $JUICE_ETC root >&2
 	chown $SLURM_USER:$SLURM_USER $JUICE_ETC/hook.secret && chmod 0600 $JUICE_ETC/hook.secret
 	sed -e "s#^JUICE_SLURM_BIN=.*#JUICE_SLURM_BIN=$JUICE_PREFIX/juice-slurm#" \
-		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=http://127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}#" \
+		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=https://127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}#" \
 		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$LOG/juice-hooks.log#" \
 		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
 		"$REPO/hooks/juice-config.sh" >$JUICE_ETC/juice-config.sh
@@ -526,7 +528,8 @@ EOF
 			</dev/null >>"$LOG/juice-controller.log" 2>&1 &
 		echo $! >"$RUN/juice-controller.pid"
 	fi
-	wait_for "the controller" 60 curl -fsS "http://$hook/readyz"
+	# The readiness check proves the listener too: a squatter on the port has no key for the pinned certificate.
+	wait_for "the controller" 60 curl -fsS --cacert $JUICE_ETC/hook.crt "https://$hook/readyz"
 	grep -qxF "JUICE_TESTBED_DEMO_DB_URL=$db" "$TB/env" ||
 		{ grep -v '^JUICE_TESTBED_DEMO_DB_URL=' "$TB/env" >"$TB/env.new"; echo "JUICE_TESTBED_DEMO_DB_URL=$db" >>"$TB/env.new"; mv "$TB/env.new" "$TB/env"; }
 	log "services up: juice-sim 127.0.0.1:7070, controller $hook (logs in $LOG)"

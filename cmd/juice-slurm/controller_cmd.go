@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/juice-slurm/juice-slurm/controller"
+	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/internal/backoff"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
@@ -31,7 +33,7 @@ import (
 // controllerOpts are the controller's settings.
 type controllerOpts struct {
 	cluster, dbURL, restURL, restUser, restToken, restVersion, juiceURL, juiceToken, keyFile, secretFile *string
-	hookListen, holder, policyFile, metricsListen, juicePools                                            *string
+	hookListen, holder, policyFile, metricsListen, juicePools, hookCert, hookKey                         *string
 	poll, waitPoll, window, leaseTTL, sweep, retention                                                   *time.Duration
 	perPool, workers                                                                                     *int
 	trustComment, juiceIdem                                                                              *bool
@@ -54,6 +56,8 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		keyFile:       fs.String("cluster-key", "/etc/juice-slurm/cluster.key", "the cluster key that seals session files (64 hex characters, mode 0600)"),
 		secretFile:    fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "the secret the hooks present (mode 0600)"),
 		hookListen:    fs.String("hook-listen", "127.0.0.1:7171", "address of the hook API, /healthz and /readyz"),
+		hookCert:      fs.String("hook-cert", "/etc/juice-slurm/hook.crt", "the hook API's TLS certificate, which the hooks pin (empty: plain HTTP, which the hooks refuse)"),
+		hookKey:       fs.String("hook-key", "/etc/juice-slurm/hook.key", "the hook API's TLS key (mode 0600)"),
 		metricsListen: fs.String("metrics-listen", "", "address of /metrics, /healthz and /readyz (default: the hook API's port + 1000; none: off)"),
 		holder:        fs.String("holder", "", "this replica's name in the leader lease (default host:pid)"),
 		poll:          fs.Duration("poll-interval", 2*time.Second, "time between two listings of slurmrestd (SIGHUP re-reads it)"),
@@ -122,6 +126,14 @@ func runController(ctx context.Context, args []string) error {
 	} else {
 		log.Info("site policy", "policy", *o.policyFile, "maxGPUs", limits.MaxGPUs, "maxVRAM", limits.MaxVRAM, "pools", limits.Pools)
 	}
+	var hookTLS *tls.Config
+	if *o.hookCert != "" {
+		if hookTLS, err = hookapi.ServerTLS(*o.hookCert, *o.hookKey); err != nil {
+			return fmt.Errorf("hook API: %w (deploy/make-secrets.sh makes the certificate and key)", err)
+		}
+	} else {
+		log.Info("WARNING: --hook-cert is empty: the hook API serves plain HTTP, and the hooks refuse to send it their secret")
+	}
 	pool, err := pgxpool.New(ctx, *o.dbURL)
 	if err != nil {
 		return fmt.Errorf("database: %w", err)
@@ -176,7 +188,7 @@ func runController(ctx context.Context, args []string) error {
 		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
 			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, Window: *o.window}, TrustComment: *o.trustComment,
 			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
-			Policy: limits},
+			Policy: limits, HookTLS: hookTLS},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log, Metrics: controller.NewMetrics(st),
 	}
 	c.Metrics.SetVersion(Version)

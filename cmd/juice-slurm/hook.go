@@ -32,14 +32,15 @@ func runHook(ctx context.Context, which string, args []string) error {
 }
 
 type hookOpts struct {
-	url, secretFile, stateDir, logFile *string
+	url, secretFile, stateDir, logFile, caFile *string
 	prologWait, epilogWait             *time.Duration
 	trustComment                       *bool
 }
 
 func hookFlags(fs *flag.FlagSet) *hookOpts {
 	return &hookOpts{
-		url:          fs.String("hook-url", "http://127.0.0.1:7171", "the controller's hook API"),
+		url:          fs.String("hook-url", "https://127.0.0.1:7171", "the controller's hook API (https://; a comma-separated list of replicas is tried in turn)"),
+		caFile:       fs.String("hook-ca", "/etc/juice-slurm/hook.crt", "the certificate the hook API must prove itself with (or its CA): the secret is sent to no other listener"),
 		secretFile:   fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "file holding the hook secret (mode 0600)"),
 		stateDir:     fs.String("state-dir", "/var/spool/juice-slurm/sessions", "the shared state directory for session files"),
 		prologWait:   fs.Duration("prolog-wait", 240*time.Second, "how long the prolog waits for a session; keep it well below srun's give-up time (450s by default)"),
@@ -67,6 +68,10 @@ func hookMain(ctx context.Context, which string, args []string, getenv func(stri
 		o.prologWait, o.epilogWait, o.trustComment, o.logFile
 	h := &hook{stateDir: *stateDir, out: stderr, exitCode: getenv("SLURM_JOB_EXIT_CODE2"),
 		client: &hookapi.Client{URL: *url, Secret: secretfile.New(*secretFile, secretfile.MinLength(16))}}
+	// Pinned: without the certificate the hook sends nothing (a listener that cannot prove it is the controller
+	// never gets the secret).
+	tlsConf, tlsErr := hookapi.ClientTLS(*o.caFile)
+	h.client.TLS = tlsConf
 	if *logFile != "" {
 		if f, err := os.OpenFile(*logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 			defer f.Close()
@@ -85,6 +90,12 @@ func hookMain(ctx context.Context, which string, args []string, getenv func(stri
 		return exitCode(1)
 	case !juice:
 		return nil // not a Juice job: nothing to wait for
+	case tlsErr != nil:
+		h.say("%v", tlsErr)
+		if which == "epilog" {
+			return nil
+		}
+		return exitCode(1)
 	case which == "prolog":
 		return h.prolog(ctx, *prologWait)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -64,6 +65,7 @@ const testSecret = "hook-secret-for-the-hook-tests"
 type hookWorld struct {
 	api      *fakeAPI
 	url      string
+	ca       string
 	secret   string
 	stateDir string
 	env      map[string]string
@@ -73,9 +75,12 @@ type hookWorld struct {
 func newHookWorld(t *testing.T, script ...func(http.ResponseWriter)) *hookWorld {
 	t.Helper()
 	w := &hookWorld{api: &fakeAPI{script: script}, stateDir: t.TempDir()}
-	srv := httptest.NewServer(w.api)
+	srv := httptest.NewTLSServer(w.api)
 	t.Cleanup(srv.Close)
 	w.url = srv.URL
+	// The hook pins the test server's certificate (every httptest TLS server has the same one).
+	w.ca = filepath.Join(t.TempDir(), "hook.crt")
+	require.NoError(t, os.WriteFile(w.ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644))
 	w.secret = filepath.Join(t.TempDir(), "hook.secret")
 	require.NoError(t, os.WriteFile(w.secret, []byte(testSecret+"\n"), 0o600))
 	w.env = map[string]string{"SLURM_JOB_ID": "42", "SLURM_JOB_RESTART_COUNT": "1", "SLURM_CLUSTER_NAME": "c1",
@@ -84,7 +89,7 @@ func newHookWorld(t *testing.T, script ...func(http.ResponseWriter)) *hookWorld 
 }
 
 func (w *hookWorld) run(which string, extra ...string) error {
-	args := append([]string{"--hook-url", w.url, "--hook-secret", w.secret, "--state-dir", w.stateDir,
+	args := append([]string{"--config=", "--hook-url", w.url, "--hook-ca", w.ca, "--hook-secret", w.secret, "--state-dir", w.stateDir,
 		"--prolog-wait", "2s", "--epilog-wait", "1s"}, extra...)
 	return hookMain(context.Background(), which, args, func(k string) string { return w.env[k] }, &w.stderr)
 }
@@ -236,11 +241,11 @@ func TestEpilogRemovesTheSessionAndNeverFails(t *testing.T) {
 // A list of hook URLs is tried in turn: a replica that is down (nothing listens) or cannot serve (503) is
 // passed over, and the next call starts at the replica that answered.
 func TestHookURLListSkipsAReplicaThatIsDown(t *testing.T) {
-	down := httptest.NewServer(http.NotFoundHandler())
+	down := httptest.NewTLSServer(http.NotFoundHandler())
 	downURL := down.URL
 	down.Close() // nothing listens there any more
 	unready := &fakeAPI{script: []func(http.ResponseWriter){status(http.StatusServiceUnavailable, "not ready: database")}}
-	us := httptest.NewServer(unready)
+	us := httptest.NewTLSServer(unready)
 	t.Cleanup(us.Close)
 	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting, State: "waiting", Reason: "queued"}),
 		answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"}))
@@ -254,7 +259,7 @@ func TestHookURLListSkipsAReplicaThatIsDown(t *testing.T) {
 	// A refusal is final: the next replica is not asked to overrule it.
 	w = newHookWorld(t, status(http.StatusUnauthorized, "unauthorized"))
 	other := &fakeAPI{script: []func(http.ResponseWriter){answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"})}}
-	os2 := httptest.NewServer(other)
+	os2 := httptest.NewTLSServer(other)
 	t.Cleanup(os2.Close)
 	w.url = w.url + "," + os2.URL
 	require.Equal(t, 1, exitStatus(w.run("prolog")))

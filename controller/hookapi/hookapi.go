@@ -14,6 +14,7 @@ package hookapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,11 +83,16 @@ type Client struct {
 	URL string
 	// Secret is the hook secret file.
 	Secret *secretfile.File
+	// TLS, when set, is the TLS configuration of the calls (ClientTLS: the pinned certificate), and every URL
+	// must be https: the secret is never sent in the clear or to a listener that has not proved it is the
+	// controller. The hooks always set it; only tests of the calls themselves leave it out.
+	TLS *tls.Config
 	// HTTP, when set, is used as is; otherwise a client that never follows a redirect.
 	HTTP *http.Client
 
 	mu   sync.Mutex
-	last int // the replica that answered last
+	last int          // the replica that answered last
+	hc   *http.Client // made once when HTTP is nil
 }
 
 // urls is the list of replicas in URL.
@@ -197,9 +203,22 @@ func (c *Client) callOne(ctx context.Context, base, path, secret string, body []
 	}
 	req.Header.Set("Authorization", "Bearer "+secret)
 	req.Header.Set("Content-Type", "application/json")
+	if c.TLS != nil && req.URL.Scheme != "https" {
+		return &HTTPError{Path: path, Code: http.StatusBadRequest,
+			Message: fmt.Sprintf("refusing to send the hook secret to %s: the hook API must be https:// and prove itself with the pinned certificate", base)}
+	}
 	hc := c.HTTP
 	if hc == nil {
-		hc = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		c.mu.Lock()
+		if c.hc == nil {
+			c.hc = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			if c.TLS != nil {
+				c.hc.Transport = &http.Transport{TLSClientConfig: c.TLS, Proxy: nil, ForceAttemptHTTP2: false,
+					TLSHandshakeTimeout: 10 * time.Second}
+			}
+		}
+		hc = c.hc
+		c.mu.Unlock()
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -76,7 +76,7 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 
 	base := append(os.Environ(),
 		"SLURM_CLUSTER_NAME="+Cluster, "SLURM_JOB_RESTART_COUNT=0", "SLURM_JOB_USER=alice", "SLURM_JOB_PARTITION=debug",
-		"SPANK_JUICE_REQUEST="+Request, "JUICE_HOOK_URL="+rc.URL, "JUICE_HOOK_SECRET="+secretFile,
+		"SPANK_JUICE_REQUEST="+Request, "JUICE_HOOK_URL="+rc.URL, "JUICE_HOOK_CA="+rc.CA, "JUICE_HOOK_SECRET="+secretFile,
 		"JUICE_STATE_DIR="+stateDir)
 	var execTimes []time.Duration
 	// One unmeasured run first, so the binary is in the page cache as it is on a busy slurmctld host.
@@ -124,7 +124,8 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 	for _, mode := range []struct {
 		out *Stats
 		hc  *http.Client
-	}{{&res.HTTPWarm, &http.Client{}}, {&res.HTTPCold, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}} {
+	}{{&res.HTTPWarm, &http.Client{Transport: &http.Transport{TLSClientConfig: rc.TLS}}},
+		{&res.HTTPCold, &http.Client{Transport: &http.Transport{TLSClientConfig: rc.TLS, DisableKeepAlives: true}}}} {
 		var ds []time.Duration
 		for i := 0; i <= runs; i++ {
 			d, err := call(mode.hc, first+i%runs)

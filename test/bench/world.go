@@ -10,6 +10,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -25,6 +26,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/juice-slurm/juice-slurm/controller"
+	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
@@ -169,7 +171,9 @@ func (w *World) SecretFile() (string, error) {
 type Running struct {
 	C       *controller.Controller
 	Metrics *controller.Metrics
-	URL     string // the hook API
+	URL     string      // the hook API (https)
+	CA      string      // the certificate the hooks pin
+	TLS     *tls.Config // a client's TLS configuration that pins it
 	stop    func()
 }
 
@@ -193,6 +197,18 @@ func (w *World) StartController(cfg controller.Config) (*Running, error) {
 	// A metrics registry without the store: its by-state collector runs a query per scrape, and the benchmarks
 	// scrape only counters.
 	m := controller.NewMetrics(nil)
+	// TLS with a certificate of the world's own, which the hooks pin, as in an installation.
+	certFile, keyFile, err := testbed.HookCert(w.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.HookTLS, err = hookapi.ServerTLS(certFile, keyFile); err != nil {
+		return nil, err
+	}
+	clientTLS, err := hookapi.ClientTLS(certFile)
+	if err != nil {
+		return nil, err
+	}
 	c := &controller.Controller{Config: cfg, Store: w.Store, Slurm: w.Slurm, Juice: w.Juice, Key: session.StaticKey(w.Key),
 		Secret: w.secret, Log: logr.Discard(), Metrics: m, Listener: ln}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -202,7 +218,7 @@ func (w *World) StartController(cfg controller.Config) (*Running, error) {
 		_ = c.Run(ctx)
 	}()
 	var once sync.Once
-	return &Running{C: c, Metrics: m, URL: "http://" + ln.Addr().String(),
+	return &Running{C: c, Metrics: m, URL: "https://" + ln.Addr().String(), CA: certFile, TLS: clientTLS,
 		stop: func() { once.Do(func() { cancel(); <-done }) }}, nil
 }
 

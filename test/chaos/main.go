@@ -169,7 +169,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	defer func() { testbed.StopProcess(c.controller) }()
-	if err := testbed.WaitHTTP("http://"+hookAddr+"/readyz", 60*time.Second); err != nil {
+	if err := testbed.WaitHook(hookAddr, "/readyz", 60*time.Second); err != nil {
 		return err
 	}
 	return c.disturb(ctx, startCtl, nJobs, nKills, outage, errRate, latency, out)
@@ -257,7 +257,7 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 			return err
 		}
 		c.kills++
-		if err := testbed.WaitHTTP("http://"+hookAddr+"/healthz", 30*time.Second); err != nil {
+		if err := testbed.WaitHook(hookAddr, "/healthz", 30*time.Second); err != nil {
 			return err
 		}
 		c.restarts = append(c.restarts, time.Since(down))

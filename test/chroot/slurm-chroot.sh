@@ -566,13 +566,16 @@ wire() {
 	install -d -m 0755 "$ROOT$JUICE_ETC"
 	secret $JUICE_ETC/cluster.key
 	secret $JUICE_ETC/hook.secret
+	# The hook API's certificate, which the hooks pin: the host's (the controller runs on the host, with its key).
+	sh "$REPO/deploy/make-hook-cert.sh" $JUICE_ETC root >&2
+	install_atomic $JUICE_ETC/hook.crt "$ROOT$JUICE_ETC/hook.crt" 0644
 	mkdir -p "$ROOT$JUICE_SESSIONS" "$ROOT$JUICE_LOGDIR"
 	in_root chown slurm:slurm $JUICE_SESSIONS $JUICE_LOGDIR
 	chmod 0700 "$ROOT$JUICE_SESSIONS"
 	touch "$ROOT$JUICE_LOGDIR/hooks.log"
 	in_root chown slurm:slurm $JUICE_LOGDIR/hooks.log
 	sed -e "s#^JUICE_SLURM_BIN=.*#JUICE_SLURM_BIN=$JUICE_LIB/juice-slurm#" \
-		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=http://127.0.0.1:$HOOK_PORT#" \
+		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=https://127.0.0.1:$HOOK_PORT#" \
 		-e "s#^JUICE_HOOK_SECRET=.*#JUICE_HOOK_SECRET=$JUICE_ETC/hook.secret#" \
 		-e "s#^JUICE_STATE_DIR=.*#JUICE_STATE_DIR=$JUICE_SESSIONS#" \
 		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$JUICE_LOGDIR/hooks.log#" \
@@ -612,7 +615,7 @@ unwire() {
 wired() { [ -s "$ROOT$PLUGSTACK_ENTRY" ] && grep -q '^JobSubmitPlugins=lua' "$ROOT$WIRING_CONF" 2>/dev/null; }
 
 wired_hook_port() { # the port the installed juice-config.sh points at
-	sed -n 's#^JUICE_HOOK_URL=http://127.0.0.1:\([0-9]*\).*#\1#p' "$ROOT$JUICE_ETC/juice-config.sh" 2>/dev/null
+	sed -n 's#^JUICE_HOOK_URL=https*://127.0.0.1:\([0-9]*\).*#\1#p' "$ROOT$JUICE_ETC/juice-config.sh" 2>/dev/null
 }
 
 # ---- the env file ---------------------------------------------------------------------------------

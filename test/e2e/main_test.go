@@ -164,7 +164,7 @@ func startControllerOn(dbURL string) error {
 		return err
 	}
 	world.controller = c
-	if err := testbed.WaitHTTP("http://"+hookAddr+"/readyz", 60*time.Second); err != nil {
+	if err := testbed.WaitHook(hookAddr, "/readyz", 60*time.Second); err != nil {
 		return fmt.Errorf("%v\n%s", err, tail(world.ctlLog))
 	}
 	return nil

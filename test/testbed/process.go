@@ -1,6 +1,8 @@
 package testbed
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -69,11 +71,34 @@ func PortFree(addr string) error {
 	return ln.Close()
 }
 
+// HookCA is the certificate of the test bed's hook API (test/testbed.sh wire makes it with
+// deploy/make-hook-cert.sh): controllers started by the suites serve it, the hooks pin it.
+const HookCA = "/etc/juice-slurm/hook.crt"
+
+// WaitHook waits until the hook API at addr (host:port) answers /path over TLS with the pinned certificate: a
+// squatter on the port cannot pass for the controller.
+func WaitHook(addr, path string, within time.Duration) error {
+	pem, err := os.ReadFile(HookCA)
+	if err != nil {
+		return fmt.Errorf("the hook API's certificate: %w (make testbed-wire makes it)", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("%s holds no certificate", HookCA)
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}}}
+	return waitHTTP(c, "https://"+addr+path, within)
+}
+
 // WaitHTTP waits until url answers 200.
 func WaitHTTP(url string, within time.Duration) error {
+	return waitHTTP(http.DefaultClient, url, within)
+}
+
+func waitHTTP(c *http.Client, url string, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		resp, err := http.Get(url)
+		resp, err := c.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
