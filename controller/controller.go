@@ -78,6 +78,10 @@ type Config struct {
 	// HookTLS, when set, makes the hook API serve TLS (hookapi.ServerTLS): the hooks send their secret only to a
 	// listener that proves it holds the key of the certificate they pin. Nil serves plain HTTP (tests).
 	HookTLS *tls.Config
+	// MaxHookConns and MaxHookConnsPerPeer cap the hook API's connections, in all and per peer (package peer);
+	// MaxWaitsPerPeer caps a peer's concurrent calls. Defaults DefaultMaxConns, DefaultMaxConnsPerPeer,
+	// DefaultMaxWaitsPerPeer.
+	MaxHookConns, MaxHookConnsPerPeer, MaxWaitsPerPeer int
 }
 
 // DefaultRetention is how long ended runs are kept by default.
@@ -104,6 +108,12 @@ func (c *Config) defaults() {
 	}
 	if c.HookListen == "" {
 		c.HookListen = "127.0.0.1:7171"
+	}
+	if c.MaxHookConns == 0 {
+		c.MaxHookConns = DefaultMaxConns
+	}
+	if c.MaxHookConnsPerPeer == 0 {
+		c.MaxHookConnsPerPeer = DefaultMaxConnsPerPeer
 	}
 }
 
@@ -168,7 +178,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	hub := &notify.Hub{Pool: c.Store.Pool(), Cluster: c.Config.Cluster, Log: c.Log.WithName("notify"), Connect: c.listen}
 	hooks := &HookServer{Store: c.Store, Hub: hub, Jobs: c.Slurm, Secret: c.Secret, Metrics: c.Metrics,
 		Log: c.Log.WithName("hooks"), MaxWait: c.Config.MaxHookWait, TrustComment: c.Config.TrustComment,
-		Ready: c.ready}
+		MaxWaitsPerPeer: c.Config.MaxWaitsPerPeer, Ready: c.ready}
 	ln := c.Listener
 	if ln == nil {
 		var err error
@@ -176,6 +186,10 @@ func (c *Controller) Run(ctx context.Context) error {
 			return fmt.Errorf("hook API: %w", err)
 		}
 	}
+	// Over a cap, a connection is closed at once: what one peer opens never keeps another out (F4).
+	ln = newLimitListener(ln, c.Config.MaxHookConns, c.Config.MaxHookConnsPerPeer, func(string) {
+		c.Metrics.observeHookRefused("connections")
+	})
 	if c.Config.HookTLS != nil {
 		ln = tls.NewListener(ln, c.Config.HookTLS)
 	}
@@ -184,7 +198,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: hooks.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Timeouts fit for long waits: a connection must finish its TLS handshake and headers within 10 s and its
+	// small body within 30 s, an answer may take the longest wait and then some, and an idle connection is closed
+	// after a minute. A connection that says nothing holds its place for 10 s at most.
+	srv := &http.Server{Handler: hooks.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: c.Config.MaxHookWait + 30*time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
+		ConnContext: withPeer, ErrorLog: quietTLSLog(c.Log)}
 	msrv := &http.Server{Handler: hooks.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	if mln != nil {

@@ -60,6 +60,11 @@ type HookServer struct {
 	Recheck time.Duration
 	// MaxWait caps one call's wait. Default 30s.
 	MaxWait time.Duration
+	// MaxWaitsPerPeer caps one peer's concurrent calls (package peer: a local uid, or a remote address): a
+	// call over it gets 429, which the hooks retry. Default DefaultMaxWaitsPerPeer.
+	MaxWaitsPerPeer int
+
+	waits waitCounter
 }
 
 // Handler returns the HTTP handler.
@@ -139,6 +144,17 @@ func (a *HookServer) auth(next http.HandlerFunc) http.HandlerFunc {
 			http.Error(w, "unauthorized: the hook secret is missing or wrong", http.StatusUnauthorized)
 			return
 		}
+		max := a.MaxWaitsPerPeer
+		if max <= 0 {
+			max = DefaultMaxWaitsPerPeer
+		}
+		p := peerOf(r.Context())
+		if !a.waits.enter(p, max) {
+			a.Metrics.observeHookRefused("waits_per_peer")
+			http.Error(w, fmt.Sprintf("too many calls at once from %s (at most %d): try again", p, max), http.StatusTooManyRequests)
+			return
+		}
+		defer a.waits.leave(p)
 		next(w, r)
 	}
 }

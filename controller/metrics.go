@@ -32,6 +32,7 @@ type Metrics struct {
 	juiceRequests     *prometheus.HistogramVec
 	leader            prometheus.Gauge
 	polls             *prometheus.CounterVec
+	hookRefused       *prometheus.CounterVec
 	lastGoodPoll      prometheus.Gauge
 	sweeps            *prometheus.CounterVec
 	sweptSessions     prometheus.Counter
@@ -39,7 +40,7 @@ type Metrics struct {
 	pruned            *prometheus.CounterVec
 	buildInfo         *prometheus.GaugeVec
 
-	all     []prometheus.Collector // every collector registered, for Names
+	all     []prometheus.Collector       // every collector registered, for Names
 	leading atomic.Bool                  // the reservations gauge and queue depths are the leader's to export
 	queues  atomic.Pointer[queueLengths] // the leader's work queues, while it leads
 }
@@ -72,6 +73,9 @@ func NewMetrics(st *store.Store) *Metrics {
 			Name: "juice_slurm_leader", Help: "1 while this replica holds the leader lease and reconciles."}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "juice_slurm_polls_total", Help: "Polls of slurmrestd, by result."}, []string{"result"}),
+		hookRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "juice_slurm_hook_refused_total", Help: "Hook API connections closed and calls refused over a cap, by limit."},
+			[]string{"limit"}),
 		lastGoodPoll: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "juice_slurm_last_successful_poll_timestamp_seconds", Help: "When the leader last listed slurmrestd's jobs without an error (Unix time)."}),
 		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -89,7 +93,7 @@ func NewMetrics(st *store.Store) *Metrics {
 			[]string{"version", "goversion"}),
 	}
 	m.register(m.reconcileDuration, m.reconcileErrors, m.submitToReady, m.prologWait, m.slurmRequests,
-		m.juiceRequests, m.leader, m.polls, m.lastGoodPoll, m.sweeps, m.sweptSessions, m.hookRequests, m.pruned, m.buildInfo,
+		m.juiceRequests, m.leader, m.polls, m.hookRefused, m.lastGoodPoll, m.sweeps, m.sweptSessions, m.hookRequests, m.pruned, m.buildInfo,
 		&queueCollector{m: m, desc: prometheus.NewDesc("juice_slurm_queue_depth",
 			"Keys waiting in the leader's work queues (ready now or later), by queue.", []string{"queue"}, nil)},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -148,6 +152,12 @@ func (m *Metrics) WatchTokenExpiry(name string, token func() (string, error)) {
 }
 
 // The methods accept a nil *Metrics, so tests and tools can leave metrics out.
+
+func (m *Metrics) observeHookRefused(limit string) {
+	if m != nil {
+		m.hookRefused.WithLabelValues(limit).Inc()
+	}
+}
 
 func (m *Metrics) observeReconcile(start time.Time, err error) {
 	if m == nil {

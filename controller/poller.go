@@ -54,7 +54,7 @@ type Poller struct {
 	// unsettled is set while a comparison has not run to its end: a poll that failed half-way is compared again
 	// at the next one, even when Slurm reports no change since.
 	unsettled bool
-	kicked   atomic.Bool              // a reservation was created: compare at the next poll even if Slurm did not change
+	kicked    atomic.Bool // a reservation was created: compare at the next poll even if Slurm did not change
 }
 
 // Kick makes the next poll compare Slurm with the reservations even if Slurm reports no change.

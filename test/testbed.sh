@@ -423,7 +423,7 @@ cmd_wire() {
 	[ -x "$REPO/bin/juice-slurm" ] || die "bin/juice-slurm is missing: run make build"
 	install -d -m 0755 $JUICE_PREFIX $JUICE_ETC
 	install -d -o $SLURM_USER -g $SLURM_USER -m 0700 $JUICE_SESSIONS
-	touch "$LOG/juice-hooks.log" && chown $SLURM_USER:$SLURM_USER "$LOG/juice-hooks.log"
+	touch "$LOG/juice-hooks.log" && chown $SLURM_USER:$SLURM_USER "$LOG/juice-hooks.log" && chmod 0600 "$LOG/juice-hooks.log"
 	# Replacing a loaded .so in place is unsafe: copy to a temporary name, then rename.
 	install -m 0755 "$REPO/spank/build/spank_juice.so" $JUICE_PREFIX/.spank_juice.so.new
 	mv $JUICE_PREFIX/.spank_juice.so.new $JUICE_PREFIX/spank_juice.so

@@ -75,6 +75,10 @@ func hookMain(ctx context.Context, which string, args []string, getenv func(stri
 	if *logFile != "" {
 		if f, err := os.OpenFile(*logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 			defer f.Close()
+			// It names every user's jobs and sessions (F10): never readable by others, even if made so.
+			if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
+				_ = f.Chmod(0o600)
+			}
 			h.log = f
 		} else {
 			fmt.Fprintf(stderr, "juice: hook log %s: %v\n", *logFile, err)

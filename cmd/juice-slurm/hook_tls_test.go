@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -75,4 +77,23 @@ func TestHookSendsTheSecretOnlyToThePinnedController(t *testing.T) {
 	// The controller itself, pinned: served.
 	w.stderr.Reset()
 	require.Equal(t, 0, exitStatus(w.run("prolog")), w.stderr.String())
+}
+
+// F10, F11: the hook log is never readable by others (a file made 0644 is made 0600), and a reason with a newline
+// in it stays on its own line: nobody forges a line of the log.
+func TestHookLogIsPrivateAndUnforgeable(t *testing.T) {
+	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeFailed,
+		Reason: "no\n2026-12-04T00:00:00Z juice: job 7 run 0: session ready after 1ms"}))
+	logFile := filepath.Join(t.TempDir(), "hooks.log")
+	require.NoError(t, os.WriteFile(logFile, nil, 0o644))
+	require.NoError(t, os.Chmod(logFile, 0o644))
+	require.Equal(t, 1, exitStatus(w.run("prolog", "--hook-log", logFile)))
+	st, err := os.Stat(logFile)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	b, err := os.ReadFile(logFile)
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		require.Contains(t, line, "juice: job 42 run 1: ", "every line is the hook's own: %q", line)
+	}
 }

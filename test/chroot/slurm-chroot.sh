@@ -574,6 +574,7 @@ wire() {
 	chmod 0700 "$ROOT$JUICE_SESSIONS"
 	touch "$ROOT$JUICE_LOGDIR/hooks.log"
 	in_root chown slurm:slurm $JUICE_LOGDIR/hooks.log
+	chmod 0600 "$ROOT$JUICE_LOGDIR/hooks.log"
 	sed -e "s#^JUICE_SLURM_BIN=.*#JUICE_SLURM_BIN=$JUICE_LIB/juice-slurm#" \
 		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=https://127.0.0.1:$HOOK_PORT#" \
 		-e "s#^JUICE_HOOK_SECRET=.*#JUICE_HOOK_SECRET=$JUICE_ETC/hook.secret#" \
