@@ -33,8 +33,8 @@ func runHook(ctx context.Context, which string, args []string) error {
 
 type hookOpts struct {
 	url, secretFile, stateDir, logFile, caFile *string
-	prologWait, epilogWait             *time.Duration
-	trustComment                       *bool
+	prologWait, epilogWait                     *time.Duration
+	trustComment                               *bool
 }
 
 func hookFlags(fs *flag.FlagSet) *hookOpts {

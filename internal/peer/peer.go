@@ -51,7 +51,7 @@ func LocalUID(client, server netip.AddrPort) (uint32, error) {
 	r := req[16:]
 	r[0], r[1] = byte(family), syscall.IPPROTO_TCP
 	ne.PutUint32(r[4:], 0xffffffff) // every TCP state
-	id := r[8:]                       // struct inet_diag_sockid
+	id := r[8:]                     // struct inet_diag_sockid
 	binary.BigEndian.PutUint16(id[0:], client.Port())
 	binary.BigEndian.PutUint16(id[2:], server.Port())
 	putAddr(id[4:20], client.Addr(), family)
