@@ -5,8 +5,10 @@
 # The juice-slurm binary (absolute: slurmctld runs the hooks with no PATH).
 JUICE_SLURM_BIN=/usr/local/lib/juice-slurm/juice-slurm
 # The controller's hook API (any replica), or a comma-separated list of replicas tried in turn: one that is
-# down or not ready (502/503/504) is passed over, a refusal (4xx) is final.
-JUICE_HOOK_URL=http://127.0.0.1:7171
+# down or not ready (502/503/504) is passed over, a refusal (4xx) is final. https:// only.
+JUICE_HOOK_URL=https://127.0.0.1:7171
+# The certificate the hook API must prove itself with (deploy/make-hook-cert.sh): the secret goes nowhere else.
+JUICE_HOOK_CA=/etc/juice-slurm/hook.crt
 # The hook secret: a file owned by SlurmUser, mode 0600.
 JUICE_HOOK_SECRET=/etc/juice-slurm/hook.secret
 # The shared state directory where the prolog writes session files (the SPANK plugin's second argument).
