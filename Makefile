@@ -16,7 +16,7 @@ export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
-.PHONY: all build go-build spank install package test-package test unit test-go test-smoke test-spank test-e2e test-compat testbed-up testbed-down \
+.PHONY: all build go-build spank install package test-package demo-installed test unit test-go test-smoke test-spank test-e2e test-compat testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -126,6 +126,11 @@ testbed-down:
 
 demo:
 	$(ON_HOST) bash test/demo.sh
+
+# The demo from the installed .deb (make test-package installs it): the plugin, hooks, job_submit.lua, settings
+# examples, controller and juice-sim all from /usr/lib/juice-slurm and /usr/share/juice-slurm.
+demo-installed:
+	$(ON_HOST) env JUICE_TESTBED_INSTALLED=/usr bash test/demo.sh
 
 # The legacy open-source Juice controller as a second counterparty, with JWT validation on, our issuer and our
 # agent emulator (test/juicelegacy/README.md). Needs the test bed's PostgreSQL (JUICE_LEGACY_PG_URL to override);

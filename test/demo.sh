@@ -10,18 +10,30 @@ RUN=$TB/run
 LOG=$TB/log
 DEMO=$TB/demo
 BIN=$REPO/bin
+# JUICE_TESTBED_INSTALLED=/usr (make demo-installed): everything juice-slurm runs comes from the installed package
+# (/usr/lib/juice-slurm, /usr/share/juice-slurm), not from this tree.
+INSTALLED=${JUICE_TESTBED_INSTALLED:-}
+[ -z "$INSTALLED" ] || BIN=$INSTALLED/lib/juice-slurm
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 say "Bringing up the test bed: Slurm 22.05 (slurmctld, slurmd, slurmrestd, munge) and PostgreSQL"
 bash test/testbed.sh up
-say "Building juice-slurm, juice-sim and the SPANK plugin"
-make --no-print-directory build >/dev/null
+if [ -z "$INSTALLED" ]; then
+	say "Building juice-slurm, juice-sim and the SPANK plugin"
+	make --no-print-directory build >/dev/null
+else
+	say "Using the installed package: $("$BIN/juice-slurm" version --config= | head -1), from $BIN"
+fi
 say "Wiring juice-slurm into Slurm (plugstack, job_submit.lua, PrologSlurmctld/EpilogSlurmctld)"
 JUICE_TESTBED_PROLOG_WAIT=${JUICE_DEMO_PROLOG_WAIT:-15s} bash test/testbed.sh wire
 say "Starting juice-sim (pool 'demo': one agent of 4 GPUs x 24 GiB; pool 'test') and the juice-slurm controller"
-bash test/testbed.sh services
+if [ -z "$INSTALLED" ]; then
+	bash test/testbed.sh services
+else
+	bash test/testbed.sh services-restart # whatever ran before is replaced by the installed binaries
+fi
 # shellcheck disable=SC1091
 . "$TB/env"
 # Not exported: sbatch would copy them into every job's environment.

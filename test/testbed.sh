@@ -39,6 +39,19 @@ SLURM_CONF=/etc/slurm/slurm.conf
 WIRING_CONF=/etc/slurm/juice-wiring.conf
 PLUGSTACK_ENTRY=/etc/slurm/plugstack.conf.d/juice.conf
 JUICE_PREFIX=/usr/local/lib/juice-slurm
+# What wire and services run: the build tree's artefacts (default), or an installed package's when
+# JUICE_TESTBED_INSTALLED names its prefix (/usr for the .deb: `make demo-installed`), wired where they are.
+INSTALLED=${JUICE_TESTBED_INSTALLED:-}
+if [ -n "$INSTALLED" ]; then
+	JUICE_PREFIX=$INSTALLED/lib/juice-slurm
+	ART_BIN=$JUICE_PREFIX ART_PLUGIN=$JUICE_PREFIX/spank_juice.so ART_HOOKS=$JUICE_PREFIX
+	ART_LUA=$INSTALLED/share/juice-slurm ART_CONFIG=$INSTALLED/share/juice-slurm/examples
+else
+	ART_BIN=$REPO/bin ART_PLUGIN=$REPO/spank/build/spank_juice.so ART_HOOKS=$REPO/hooks
+	ART_LUA=$REPO/hooks ART_CONFIG=$REPO/hooks
+fi
+ART_POLICY=$ART_CONFIG/juice-policy.conf
+[ -n "$INSTALLED" ] || ART_POLICY=$REPO/deploy/juice-policy.conf
 JUICE_ETC=/etc/juice-slurm
 JUICE_SESSIONS=/var/spool/juice-slurm/sessions
 
@@ -419,17 +432,20 @@ cmd_status() {
 # wire: load juice-slurm into the test bed's Slurm: the SPANK plugin through plugstack.conf.d, job_submit.lua,
 # and the slurmctld prolog/epilog hooks. Built artefacts come from the repository (make build).
 cmd_wire() {
-	[ -s "$REPO/spank/build/spank_juice.so" ] || die "spank/build/spank_juice.so is missing: run make build"
-	[ -x "$REPO/bin/juice-slurm" ] || die "bin/juice-slurm is missing: run make build"
+	[ -s "$ART_PLUGIN" ] || die "$ART_PLUGIN is missing: run make build"
+	[ -x "$ART_BIN/juice-slurm" ] || die "$ART_BIN/juice-slurm is missing: run make build"
 	install -d -m 0755 $JUICE_PREFIX $JUICE_ETC
 	install -d -o $SLURM_USER -g $SLURM_USER -m 0700 $JUICE_SESSIONS
 	touch "$LOG/juice-hooks.log" && chown $SLURM_USER:$SLURM_USER "$LOG/juice-hooks.log" && chmod 0600 "$LOG/juice-hooks.log"
 	# Replacing a loaded .so in place is unsafe: copy to a temporary name, then rename.
-	install -m 0755 "$REPO/spank/build/spank_juice.so" $JUICE_PREFIX/.spank_juice.so.new
-	mv $JUICE_PREFIX/.spank_juice.so.new $JUICE_PREFIX/spank_juice.so
-	install -m 0755 "$REPO/bin/juice-slurm" $JUICE_PREFIX/.juice-slurm.new
-	mv $JUICE_PREFIX/.juice-slurm.new $JUICE_PREFIX/juice-slurm
-	install -m 0755 "$REPO/hooks/juice-prolog.sh" "$REPO/hooks/juice-epilog.sh" "$REPO/hooks/slurmctld-parts.sh" $JUICE_PREFIX/
+	# (An installed package's files are wired where they are.)
+	if [ -z "$INSTALLED" ]; then
+		install -m 0755 "$ART_PLUGIN" $JUICE_PREFIX/.spank_juice.so.new
+		mv $JUICE_PREFIX/.spank_juice.so.new $JUICE_PREFIX/spank_juice.so
+		install -m 0755 "$ART_BIN/juice-slurm" $JUICE_PREFIX/.juice-slurm.new
+		mv $JUICE_PREFIX/.juice-slurm.new $JUICE_PREFIX/juice-slurm
+		install -m 0755 "$ART_HOOKS/juice-prolog.sh" "$ART_HOOKS/juice-epilog.sh" "$ART_HOOKS/slurmctld-parts.sh" $JUICE_PREFIX/
+	fi
 	# PrologSlurmctld and EpilogSlurmctld run through the dispatcher, as at a site that keeps its own beside ours:
 	# juice-slurm's part only, every other part (a test's leftover) removed.
 	local ctx
@@ -448,15 +464,15 @@ cmd_wire() {
 		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=https://127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}#" \
 		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$LOG/juice-hooks.log#" \
 		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
-		"$REPO/hooks/juice-config.sh" >$JUICE_ETC/juice-config.sh
+		"$ART_CONFIG/juice-config.sh" >$JUICE_ETC/juice-config.sh
 	# The site policy job_submit.lua and the controller both read: the plugstack's limits, and the pools of
 	# juice-sim's configurations (the demo's and the e2e suite's).
-	sed -e 's/^pools = .*/pools = demo, small, test/' "$REPO/deploy/juice-policy.conf" >$JUICE_ETC/.juice-policy.conf.new
+	sed -e 's/^pools = .*/pools = demo, small, test/' "$ART_POLICY" >$JUICE_ETC/.juice-policy.conf.new
 	chmod 0644 $JUICE_ETC/.juice-policy.conf.new && mv $JUICE_ETC/.juice-policy.conf.new $JUICE_ETC/juice-policy.conf
 	# The module first: slurmctld loads a new job_submit.lua (which requires it) at the next submission.
-	install -m 0644 "$REPO/hooks/juice_submit.lua" /etc/slurm/.juice_submit.lua.new
+	install -m 0644 "$ART_LUA/juice_submit.lua" /etc/slurm/.juice_submit.lua.new
 	mv /etc/slurm/.juice_submit.lua.new /etc/slurm/juice_submit.lua
-	install -m 0644 "$REPO/hooks/job_submit.lua" /etc/slurm/.job_submit.lua.new
+	install -m 0644 "$ART_LUA/job_submit.lua" /etc/slurm/.job_submit.lua.new
 	mv /etc/slurm/.job_submit.lua.new /etc/slurm/job_submit.lua
 	echo "required $JUICE_PREFIX/spank_juice.so /usr/bin/juice $JUICE_SESSIONS key=$JUICE_ETC/cluster.key max_gpus=8 max_vram=80GiB" \
 		>$PLUGSTACK_ENTRY.new
@@ -491,7 +507,7 @@ restart_slurm() {
 cmd_services() {
 	local demo=$TB/demo owner="postgres://$PG_OWNER@127.0.0.1:$PGPORT/juice?passfile=$PGPASS"
 	local db="postgres://$PG_RUNTIME@127.0.0.1:$PGPORT/juice?passfile=$PGPASS"
-	[ -x "$REPO/bin/juice-slurm" ] && [ -x "$REPO/bin/juice-sim" ] || die "bin/ is missing: run make build"
+	[ -x "$ART_BIN/juice-slurm" ] && [ -x "$ART_BIN/juice-sim" ] || die "$ART_BIN lacks juice-slurm or juice-sim: run make build"
 	install -d -m 0755 "$demo"
 	# The demo's database belongs to the owner role (one made by the first test bed belonged to "juice": it goes).
 	case $(pg_super -c "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'juice'") in
@@ -500,7 +516,7 @@ cmd_services() {
 	*) pg_super -c "DROP DATABASE juice WITH (FORCE)" && pg_super -c "CREATE DATABASE juice OWNER $PG_OWNER" ;;
 	esac
 	# The schema, applied as the owner; the controller runs as the runtime role and never migrates.
-	"$REPO/bin/juice-slurm" migrate --database-url "$owner" --runtime-role $PG_RUNTIME >&2
+	"$ART_BIN/juice-slurm" migrate --database-url "$owner" --runtime-role $PG_RUNTIME >&2
 	[ -s "$demo/juice.token" ] || (umask 077 && echo "m2m_demo_$(openssl rand -hex 12)" >"$demo/juice.token")
 	# JUICE_TESTBED_SIM_TIMING=instant schedules on every request with no delays (benchmarks); the default is
 	# close to the legacy controller's one-second tick.
@@ -513,7 +529,7 @@ cmd_services() {
 EOF
 	if ! alive "$RUN/juice-sim.pid"; then
 		log "starting juice-sim on 127.0.0.1:7070"
-		setsid "$REPO/bin/juice-sim" --listen 127.0.0.1:7070 --token-file "$demo/juice.token" --config "$demo/sim.json" \
+		setsid "$ART_BIN/juice-sim" --listen 127.0.0.1:7070 --token-file "$demo/juice.token" --config "$demo/sim.json" \
 			</dev/null >>"$LOG/juice-sim.log" 2>&1 &
 		echo $! >"$RUN/juice-sim.pid"
 	fi
@@ -521,7 +537,7 @@ EOF
 	local hook=127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}
 	if ! alive "$RUN/juice-controller.pid"; then
 		log "starting the juice-slurm controller (hook API on $hook)"
-		setsid "$REPO/bin/juice-slurm" controller --cluster $CLUSTER --database-url "$db" \
+		setsid "$ART_BIN/juice-slurm" controller --cluster $CLUSTER --database-url "$db" \
 			--slurmrestd-url "http://127.0.0.1:$REST_PORT" --slurm-user $SLURM_USER --slurm-token-file "$TB/slurm-token" \
 			--juice-url http://127.0.0.1:7070 --juice-token-file "$demo/juice.token" --cluster-key $JUICE_ETC/cluster.key \
 			--hook-secret $JUICE_ETC/hook.secret --hook-listen "$hook" --poll-interval "${JUICE_TESTBED_POLL:-1s}" \
