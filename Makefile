@@ -54,7 +54,7 @@ install: build
 	install -m 0644 hooks/job_submit.lua hooks/juice_submit.lua $(DESTDIR)$(DATADIR)/
 	for f in hooks/juice-config.sh deploy/juice-policy.conf deploy/juice-slurm.conf deploy/slurm.conf.juice \
 		deploy/plugstack.conf.d-juice.conf; do $(SUBST) $$f >$(DESTDIR)$(DATADIR)/examples/$$(basename $$f); done
-	install -m 0755 deploy/make-secrets.sh $(DESTDIR)$(DATADIR)/
+	install -m 0755 deploy/make-secrets.sh deploy/make-hook-cert.sh $(DESTDIR)$(DATADIR)/
 	install -m 0644 deploy/monitoring/*.yml deploy/monitoring/*.json deploy/monitoring/README.md $(DESTDIR)$(DATADIR)/monitoring/
 	for u in deploy/*.service deploy/*.timer; do $(SUBST) $$u >$(DESTDIR)$(UNITDIR)/$$(basename $$u); done
 	sed -e 's/^\.TH JUICE-SLURM 8 "\([^"]*\)" "juice-slurm [^"]*"/.TH JUICE-SLURM 8 "\1" "juice-slurm $(VERSION)"/' docs/juice-slurm.8 \

@@ -21,6 +21,7 @@ want=(
 	/usr/share/juice-slurm/job_submit.lua
 	/usr/share/juice-slurm/juice_submit.lua
 	/usr/share/juice-slurm/make-secrets.sh
+	/usr/share/juice-slurm/make-hook-cert.sh
 	/usr/share/juice-slurm/examples/juice-config.sh
 	/usr/share/juice-slurm/examples/juice-policy.conf
 	/usr/share/juice-slurm/examples/juice-slurm.conf
