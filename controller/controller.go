@@ -174,6 +174,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(c.Store)
 	}
+	c.Metrics.SetPolicy(c.Config.Policy)
 	c.Juice = watchJuice{InstrumentJuice(c.Juice, c.Metrics), &c.health}
 	hub := &notify.Hub{Pool: c.Store.Pool(), Cluster: c.Config.Cluster, Log: c.Log.WithName("notify"), Connect: c.listen}
 	hooks := &HookServer{Store: c.Store, Hub: hub, Jobs: c.Slurm, Secret: c.Secret, Metrics: c.Metrics,

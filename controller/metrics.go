@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/policy"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
@@ -40,9 +41,10 @@ type Metrics struct {
 	pruned            *prometheus.CounterVec
 	buildInfo         *prometheus.GaugeVec
 
-	all     []prometheus.Collector       // every collector registered, for Names
-	leading atomic.Bool                  // the reservations gauge and queue depths are the leader's to export
-	queues  atomic.Pointer[queueLengths] // the leader's work queues, while it leads
+	all     []prometheus.Collector        // every collector registered, for Names
+	leading atomic.Bool                   // the reservations gauge and queue depths are the leader's to export
+	queues  atomic.Pointer[queueLengths]  // the leader's work queues, while it leads
+	policy  atomic.Pointer[policy.Policy] // the site's pools: the only pool labels (nil: the first maxPoolLabels seen)
 }
 
 // queueLengths reads the depth of the leader's work queues.
@@ -286,11 +288,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	defer c.mu.Unlock()
 	n := map[string]map[reconcile.State]int{}
 	for _, k := range counts {
-		c.pools[k.Pool] = true
-		if n[k.Pool] == nil {
-			n[k.Pool] = map[reconcile.State]int{}
+		pool := c.label(k.Pool)
+		c.pools[pool] = true
+		if n[pool] == nil {
+			n[pool] = map[reconcile.State]int{}
 		}
-		n[k.Pool][k.State] = k.N
+		n[pool][k.State] += k.N
 	}
 	for pool := range c.pools {
 		for _, s := range reconcile.States {
@@ -298,6 +301,31 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n[pool][s]), pool, string(s))
 			}
 		}
+	}
+}
+
+// maxPoolLabels bounds the pools a site without a pool list gets labels for: the rest count as "other".
+const maxPoolLabels = 64
+
+// label is the pool label of a pool users typed (F13: it would be a permanent label of any text). With the site
+// policy's pool list, only its pools have labels of their own; without one, the first maxPoolLabels seen do.
+func (c *stateCollector) label(pool string) string {
+	if p := c.m.policy.Load(); p != nil && len(p.Pools) > 0 {
+		if p.KnowsPool(pool) {
+			return pool
+		}
+		return "other"
+	}
+	if c.pools[pool] || len(c.pools) < maxPoolLabels {
+		return pool
+	}
+	return "other"
+}
+
+// SetPolicy gives the metrics the site policy, whose pools are the only ones labelled by name.
+func (m *Metrics) SetPolicy(p *policy.Policy) {
+	if m != nil {
+		m.policy.Store(p)
 	}
 }
 

@@ -80,3 +80,23 @@ func TestRequestTheClientRefusesNeverStaysInReleasing(t *testing.T) {
 	_, err := h.juice.RequestSession(context.Background(), r.ID, juiceapi.SessionRequest{PoolID: "test", GPUs: 2000})
 	require.ErrorIs(t, err, juiceapi.ErrInvalidRequest)
 }
+
+// F13: a pool name a user typed becomes no label of its own: with the site policy's pool list only its pools are
+// labelled and every other counts as "other"; without one, the first 64 pools seen are, and the rest are "other".
+func TestPoolLabelsOnlyForKnownPools(t *testing.T) {
+	m := NewMetrics(nil)
+	c := &stateCollector{m: m, pools: map[string]bool{}}
+	for i := 0; i < 100; i++ {
+		c.pools[c.label(fmt.Sprintf("typed-%d", i))] = true
+	}
+	require.Len(t, c.pools, maxPoolLabels+1, "64 pools and other")
+	require.True(t, c.pools["other"])
+
+	limits, err := policy.Parse("pools = test\n")
+	require.NoError(t, err)
+	m.SetPolicy(limits)
+	c = &stateCollector{m: m, pools: map[string]bool{}}
+	require.Equal(t, "test", c.label("test"))
+	require.Equal(t, "other", c.label("x-user-typed-this"))
+	require.Equal(t, "other", c.label("typed-0"))
+}
