@@ -260,7 +260,7 @@ func (c *Controller) Retune(t Tuning) error {
 	if t.PollInterval < 0 {
 		return fmt.Errorf("retune: poll interval %s is negative", t.PollInterval)
 	}
-	if t.Lookahead.PerPool < 0 || t.Lookahead.Window < 0 {
+	if t.Lookahead.PerPool < 0 || t.Lookahead.PerUser < 0 || t.Lookahead.Window < 0 {
 		return fmt.Errorf("retune: look-ahead of %d per pool within %s: neither may be negative", t.Lookahead.PerPool, t.Lookahead.Window)
 	}
 	c.tuning.Store(&t)

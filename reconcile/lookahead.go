@@ -14,23 +14,34 @@ import (
 //   - it is eligible: not held, and its begin time has passed (Slurm's reason is not BeginTime, JobHeld*,
 //     Dependency, ...);
 //   - and either it is among the PerPool highest-priority eligible Juice jobs of its pool (ties go to the
-//     earlier submission), or Slurm expects it to start within Window (the backfill scheduler's start time).
+//     earlier submission), taking at most PerUser of one user's jobs, or Slurm expects it to start within
+//     Window (the backfill scheduler's start time).
+//
+// PerUser keeps one user's queue from holding a pool's GPUs ahead of everybody else's runnable jobs (F6: four
+// pending jobs of one user held all four GPUs of a pool and another user's job failed its prolog). A job that
+// waits for a license is not eligible: a license is not likely to free up soon, and GPUs held for it are GPUs
+// another job cannot start with.
 //
 // Jobs that are CONFIGURING or RUNNING always want their session, whatever this policy says.
 type Lookahead struct {
 	// PerPool caps the pending jobs of one pool reserved by priority. 0 reserves none by priority.
 	PerPool int
+	// PerUser caps the pending jobs of one user reserved by priority, over all pools. 0 means no cap.
+	PerUser int
 	// Window reserves, beyond the cap, any job that Slurm expects to start within it. 0 turns this off.
 	Window time.Duration
 }
 
-// DefaultLookahead reserves for the 4 best pending jobs of each pool, and for any job expected within 2 minutes.
-var DefaultLookahead = Lookahead{PerPool: 4, Window: 2 * time.Minute}
+// DefaultLookahead reserves for the 4 best pending jobs of each pool, at most 2 of one user's, and for any job
+// expected within 2 minutes.
+var DefaultLookahead = Lookahead{PerPool: 4, PerUser: 2, Window: 2 * time.Minute}
 
 // A Candidate is a pending Juice job as the poller saw it.
 type Candidate struct {
-	Run         RunID
-	Request     request.Request
+	Run     RunID
+	Request request.Request
+	// User is the job's owner (empty when slurmrestd does not say: then PerUser does not apply to it).
+	User        string
 	Priority    uint64
 	SubmitTime  time.Time
 	StateReason string
@@ -40,7 +51,7 @@ type Candidate struct {
 
 // waitReasons are Slurm's reasons for a pending job that is eligible and only waits its turn. Anything else
 // (held, begin time ahead, dependency, reservation, partition down, ...) is not likely to start soon.
-var waitReasons = map[string]bool{"": true, "None": true, "Priority": true, "Resources": true, "Licenses": true}
+var waitReasons = map[string]bool{"": true, "None": true, "Priority": true, "Resources": true}
 
 // Eligible reports whether the job waits only for its turn, or is a requeued run waiting out Slurm's requeue
 // delay (see WaitsOutRequeueDelay).
@@ -69,19 +80,32 @@ func (l Lookahead) Select(now time.Time, cands []Candidate) map[RunID]bool {
 		}
 		byPool[c.Request.Pool] = append(byPool[c.Request.Pool], c)
 	}
+	// One order over every pool, so that a user's places go to its best jobs wherever they are: highest priority
+	// first, ties to the earlier submission.
+	var all []Candidate
 	for _, cs := range byPool {
-		sort.Slice(cs, func(i, j int) bool {
-			if cs[i].Priority != cs[j].Priority {
-				return cs[i].Priority > cs[j].Priority
-			}
-			if !cs[i].SubmitTime.Equal(cs[j].SubmitTime) {
-				return cs[i].SubmitTime.Before(cs[j].SubmitTime)
-			}
-			return cs[i].Run.JobID < cs[j].Run.JobID
-		})
-		for i := 0; i < len(cs) && i < l.PerPool; i++ {
-			out[cs[i].Run] = true
+		all = append(all, cs...)
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].Priority != all[j].Priority {
+			return all[i].Priority > all[j].Priority
 		}
+		if !all[i].SubmitTime.Equal(all[j].SubmitTime) {
+			return all[i].SubmitTime.Before(all[j].SubmitTime)
+		}
+		return all[i].Run.JobID < all[j].Run.JobID
+	})
+	perPool, perUser := map[string]int{}, map[string]int{}
+	for _, c := range all {
+		if perPool[c.Request.Pool] >= l.PerPool {
+			continue
+		}
+		if l.PerUser > 0 && c.User != "" && perUser[c.User] >= l.PerUser {
+			continue
+		}
+		perPool[c.Request.Pool]++
+		perUser[c.User]++
+		out[c.Run] = true
 	}
 	return out
 }

@@ -39,3 +39,37 @@ func TestLookahead(t *testing.T) {
 	require.True(t, requeued.Eligible(), "a requeued run waiting out the requeue delay")
 	require.False(t, c(5, "a", 50, "BeginTime").Eligible(), "a first run whose begin time is ahead")
 }
+
+// F6: one user's pending jobs take at most PerUser places of the look-ahead, whatever their priority, so another
+// user's runnable job is reserved too; and a job that waits for a license is not reserved ahead at all.
+func TestLookaheadIsFairPerUser(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	c := func(job uint32, user string, prio uint64, reason string) Candidate {
+		return Candidate{Run: RunID{"c", job, 0}, Request: request.Request{Pool: "p", GPUs: 1}, User: user, Priority: prio,
+			SubmitTime: now.Add(-time.Duration(job) * time.Second), StateReason: reason}
+	}
+	// alice's four jobs outrank bob's; two of hers wait for a license.
+	cands := []Candidate{c(1, "alice", 90, "Licenses"), c(2, "alice", 80, "Licenses"), c(3, "alice", 70, "Priority"),
+		c(4, "alice", 60, "Priority"), c(5, "alice", 50, "Resources"), c(6, "bob", 10, "Priority")}
+	got := Lookahead{PerPool: 4, PerUser: 2}.Select(now, cands)
+	require.Equal(t, map[RunID]bool{{"c", 3, 0}: true, {"c", 4, 0}: true, {"c", 6, 0}: true}, got)
+	require.False(t, c(1, "alice", 90, "Licenses").Eligible(), "a license wait is not likely to clear soon")
+
+	// The cap is over all pools, and PerUser 0 means none.
+	other := c(7, "alice", 100, "Priority")
+	other.Request.Pool = "q"
+	got = Lookahead{PerPool: 4, PerUser: 2}.Select(now, append(cands, other))
+	require.True(t, got[other.Run])
+	require.Equal(t, 1, count(got, 3, 4), "pool q's job took one of alice's two places")
+	require.Len(t, Lookahead{PerPool: 4}.Select(now, cands), 4)
+}
+
+func count(got map[RunID]bool, jobs ...uint32) int {
+	n := 0
+	for _, j := range jobs {
+		if got[RunID{"c", j, 0}] {
+			n++
+		}
+	}
+	return n
+}
