@@ -127,7 +127,8 @@ func (p *Poller) Poll(ctx context.Context) error {
 			if !j.Held() {
 				req, _ := JobRequest(&j, p.TrustComment)
 				cands = append(cands, reconcile.Candidate{Run: run, Request: req, User: j.UserName, Priority: j.Priority,
-					SubmitTime: j.SubmitTime, StateReason: j.StateReason, ExpectedStart: j.StartTime})
+					SubmitTime: j.SubmitTime, StateReason: j.StateReason, ExpectedStart: j.StartTime,
+					BeginTime: j.EligibleTime})
 			}
 		case slurmrest.StateConfiguring, slurmrest.StateRunning, slurmrest.StateSuspended:
 			want[run] = true

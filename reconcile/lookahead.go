@@ -16,6 +16,9 @@ import (
 //   - and either it is among the PerPool highest-priority eligible Juice jobs of its pool (ties go to the
 //     earlier submission), taking at most PerUser of one user's jobs, or Slurm expects it to start within
 //     Window (the backfill scheduler's start time).
+//   - A job held back only by its begin time (sbatch --begin) counts as eligible once that time falls within
+//     Window, and is reserved then: its session is ready when Slurm lets it start, never earlier than that
+//     (the job actor never moves a first run's begin time).
 //
 // PerUser keeps one user's queue from holding a pool's GPUs ahead of everybody else's runnable jobs (F6: four
 // pending jobs of one user held all four GPUs of a pool and another user's job failed its prolog). A job that
@@ -47,6 +50,9 @@ type Candidate struct {
 	StateReason string
 	// ExpectedStart is Slurm's estimate of the start time; zero when it has none.
 	ExpectedStart time.Time
+	// BeginTime is the earliest time Slurm lets the job start (its eligible time: the --begin time while the
+	// reason is BeginTime); zero when unknown.
+	BeginTime time.Time
 }
 
 // waitReasons are Slurm's reasons for a pending job that is eligible and only waits its turn. Anything else
@@ -67,15 +73,22 @@ func WaitsOutRequeueDelay(run int, jobState, reason string) bool {
 	return run > 0 && jobState == "PENDING" && reason == "BeginTime"
 }
 
+// BeginsWithin reports whether the job waits only for its begin time (Slurm's reason BeginTime) and that time
+// falls within the window from now. Such a job is reserved ahead like one Slurm expects to start soon.
+func (c Candidate) BeginsWithin(now time.Time, window time.Duration) bool {
+	return window > 0 && c.StateReason == "BeginTime" && !c.BeginTime.IsZero() && !c.BeginTime.After(now.Add(window))
+}
+
 // Select returns the runs to reserve for now.
 func (l Lookahead) Select(now time.Time, cands []Candidate) map[RunID]bool {
 	out := map[RunID]bool{}
 	byPool := map[string][]Candidate{}
 	for _, c := range cands {
-		if !c.Eligible() {
+		begins := c.BeginsWithin(now, l.Window)
+		if !c.Eligible() && !begins {
 			continue
 		}
-		if l.Window > 0 && !c.ExpectedStart.IsZero() && !c.ExpectedStart.After(now.Add(l.Window)) {
+		if begins || l.Window > 0 && !c.ExpectedStart.IsZero() && !c.ExpectedStart.After(now.Add(l.Window)) {
 			out[c.Run] = true
 		}
 		byPool[c.Request.Pool] = append(byPool[c.Request.Pool], c)

@@ -73,3 +73,25 @@ func count(got map[RunID]bool, jobs ...uint32) int {
 	}
 	return n
 }
+
+// A job held back by --begin is reserved once its begin time falls within the window, and not before; a held
+// job is not, whatever its begin time.
+func TestLookaheadBeginTime(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	c := func(job uint32, reason string, begin time.Duration) Candidate {
+		return Candidate{Run: RunID{"c", job, 0}, Request: request.Request{Pool: "a", GPUs: 1}, Priority: 1,
+			SubmitTime: now.Add(-time.Hour), StateReason: reason, BeginTime: now.Add(begin), ExpectedStart: now.Add(begin)}
+	}
+	soon, later, held := c(1, "BeginTime", time.Minute), c(2, "BeginTime", time.Hour), c(3, "JobHeldUser", time.Minute)
+	passed := c(4, "BeginTime", -time.Second) // Slurm has not re-evaluated it yet
+	noTime := c(5, "BeginTime", 0)
+	noTime.BeginTime = time.Time{}
+	got := Lookahead{PerPool: 0, Window: 2 * time.Minute}.Select(now, []Candidate{soon, later, held, passed, noTime})
+	require.Equal(t, map[RunID]bool{soon.Run: true, passed.Run: true}, got)
+	require.True(t, soon.BeginsWithin(now, 2*time.Minute))
+	require.False(t, later.BeginsWithin(now, 2*time.Minute))
+	require.False(t, soon.BeginsWithin(now, 0), "no window, no reservation ahead of the begin time")
+	require.Empty(t, Lookahead{PerPool: 4}.Select(now, []Candidate{soon, later}), "window off: begin-time jobs wait")
+	// Later, the window reaches the far one.
+	require.True(t, Lookahead{Window: 2 * time.Minute}.Select(now.Add(59*time.Minute), []Candidate{later})[later.Run])
+}
