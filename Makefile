@@ -147,12 +147,17 @@ test-juice-legacy-smoke:
 # juice-slurm against the legacy controller (brought up here): its own tests and the juiceapi contract suite
 # (which juice-sim passes in test-go), then on the wired cluster the e2e cases that apply to it (srun with 2 GPUs, a
 # VRAM slice, cancel while pending, requeue when full) and the short chaos run, with the legacy controller as the
-# Juice side.
+# Juice side. The chaos run gets a fresh legacy database and agents-chaos.json: agents that read whole answers
+# (the real agent exits once its state passes 4 KB, about 8 sessions stacked on one agent) and have room for the
+# VRAM the legacy controller never gives back.
 LEGACY_E2E = ^(TestSrunGetsTwoGPUs|TestSbatchVRAMSliceWritesSessionEnv|TestPendingRequestVisibleAndCancelReleases|TestPoolFullBatchJobIsRequeuedThenServed)$$
 test-juice-legacy: build
 	bash test/juicelegacy/legacy.sh up
 	CI=true $(GO) test -count=1 -tags legacy -run '^(TestLegacy|TestContractLegacy)' ./test/juicelegacy/
-	$(ON_HOST) sh -c 'bash test/testbed.sh wire && JUICE_E2E_JUICE=legacy $(GO) test -count=1 -timeout 20m -tags e2e -run "$(LEGACY_E2E)" ./test/e2e/ && $(GO) run ./test/chaos -juice legacy -jobs 60 -kills 4 -rest-outage 15s'
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && JUICE_E2E_JUICE=legacy $(GO) test -count=1 -timeout 20m -tags e2e -run "$(LEGACY_E2E)" ./test/e2e/'
+	bash test/juicelegacy/legacy.sh down && JUICE_LEGACY_AGENTS=$(CURDIR)/test/juicelegacy/agents-chaos.json bash test/juicelegacy/legacy.sh up
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -juice legacy -jobs 60 -kills 4 -rest-outage 15s'
+	bash test/juicelegacy/legacy.sh down && bash test/juicelegacy/legacy.sh up
 
 # The agent-loss test waits for the controller's 30 s missing-agent timeout.
 test-juice-legacy-loss:
