@@ -52,7 +52,7 @@ func newHarness(t *testing.T) *harness {
 
 // newHarnessWith is newHarness with the simulator behaving like the legacy controller where legacy says so.
 // The client maps the pool name "test" to the controller's id, as an administrator configures it.
-func newHarnessWith(t *testing.T, legacy juicesim.Legacy) *harness {
+func newHarnessWith(t *testing.T, legacy juicesim.Legacy, tweaks ...func(*juicesim.Config)) *harness {
 	t.Helper()
 	// Migrated by the owner role; the controller runs as the runtime role, without DDL rights, as it does in a
 	// site's installation.
@@ -68,8 +68,12 @@ func newHarnessWith(t *testing.T, legacy juicesim.Legacy) *harness {
 	t.Cleanup(pool.Close)
 	st := store.New(pool, "c1")
 	require.NoError(t, st.CheckSchema(context.Background()))
-	sim, err := juicesim.StartServer(juicesim.Config{Token: testToken, Legacy: legacy,
-		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*request.GiB)}}, logr.Discard())
+	cfg := juicesim.Config{Token: testToken, Legacy: legacy,
+		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*request.GiB)}}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
+	sim, err := juicesim.StartServer(cfg, logr.Discard())
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	dir := t.TempDir()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -327,3 +328,40 @@ func TestLivenessCallsGrowWithAgentsNotSessions(t *testing.T) {
 	require.Equal(t, 2, h.simCalls("GET /v1/agents")-lists0)
 	require.Equal(t, 4, h.simCalls("GET /v1/agent/{id}")-agents0)
 }
+
+// A run let go while its session is assigned but not yet taken by its agent waits to cancel it until it is active:
+// the legacy controller would pass the cancel to an agent that does not hold the session, and the agent would exit
+// (seen in the first legacy chaos run).
+func TestLegacyCancelWaitsForTheAgent(t *testing.T) {
+	t.Parallel()
+	clock := &fakeNow{t: time.Now()}
+	h := newHarnessWith(t, juicesim.AllLegacy(), func(c *juicesim.Config) { c.Now, c.ActivateDelay = clock.Now, time.Second })
+	ctx := context.Background()
+	rc := h.reconciler(nil)
+	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 10}, gpus2)
+	got := h.driveTo(rc, r.ID, reconcile.StateWaiting)
+	s, err := h.juice.GetSession(ctx, got.Status.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, juiceapi.StateAssigned, s.State)
+
+	_, err = h.store.Unwant(ctx, r.ID, "job cancelled", true)
+	require.NoError(t, err)
+	for range 3 {
+		res, err := rc.Reconcile(ctx, r.ID)
+		require.NoError(t, err)
+		require.Equal(t, rc.WaitPoll, res.RequeueAfter, "looked at again soon")
+	}
+	require.Equal(t, reconcile.StateReleasing, h.stateOf(r.Run), "not cancelled while its agent has not taken it")
+	clock.Add(time.Second)
+	h.driveTo(rc, r.ID, reconcile.StateReleased)
+	require.Zero(t, h.sim.Sim.AgentsKilled())
+	require.NoError(t, h.sim.Sim.Check())
+}
+
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeNow) Now() time.Time      { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
+func (f *fakeNow) Add(d time.Duration) { f.mu.Lock(); f.t = f.t.Add(d); f.mu.Unlock() }

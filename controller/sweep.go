@@ -50,7 +50,11 @@ func Sweep(ctx context.Context, st *store.Store, juice juiceapi.Client, log logr
 			if !r.Status.State.Final() && (r.Status.SessionID == "" || r.Status.SessionID == s.ID) {
 				continue
 			}
-			if err := juice.CancelSession(ctx, s.ID); err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
+			err = juice.CancelSession(ctx, s.ID)
+			if errors.Is(err, juiceapi.ErrNotYet) {
+				continue // its agent has not taken it yet: the next sweep
+			}
+			if err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
 				return cancelled, fmt.Errorf("sweep: cancel session %s: %w", s.ID, err)
 			}
 			cancelled++

@@ -25,7 +25,7 @@ import (
 // each step acts, then the session must be in the wanted state.
 func TestSessionStatePaths(t *testing.T) {
 	type step struct {
-		do   string // "advance", "cancel", "agent-missing", "release-blocker"
+		do   string // "advance", "cancel", "cancel-not-yet", "agent-missing", "release-blocker"
 		want string
 	}
 	const (
@@ -37,11 +37,12 @@ func TestSessionStatePaths(t *testing.T) {
 		steps   []step
 	}{
 		{"queued, cancelled: closed at once", false, []step{{"cancel", cl}}},
-		{"assigned, cancelled: canceling then closed", false, []step{{"advance", as}, {"cancel", cg}, {"advance", cl}}},
+		{"assigned, cancelled: not yet (its agent has not taken it), then once active", false, []step{{"advance", as}, {"cancel-not-yet", as},
+			{"advance", ac}, {"cancel", cg}, {"advance", cl}}},
 		{"active, cancelled: canceling then closed", false, []step{{"advance", as}, {"advance", ac}, {"cancel", cg}, {"advance", cl}}},
 		{"active, agent missing: closed", false, []step{{"advance", as}, {"advance", ac}, {"agent-missing", cl}}},
 		{"closed, cancelled again: still closed, no error", false, []step{{"cancel", cl}, {"cancel", cl}}},
-		{"canceling, cancelled again: no error", false, []step{{"advance", as}, {"cancel", cg}, {"cancel", cg}, {"advance", cl}}},
+		{"canceling, cancelled again: no error", false, []step{{"advance", as}, {"advance", ac}, {"cancel", cg}, {"cancel", cg}, {"advance", cl}}},
 		{"queued behind a full pool, then runs", true, []step{{"advance", q}, {"advance", q}, {"release-blocker", q},
 			{"advance", as}, {"advance", ac}, {"cancel", cg}, {"advance", cl}}},
 	} {
@@ -71,6 +72,10 @@ func TestSessionStatePaths(t *testing.T) {
 				case "cancel":
 					if err := e.client.CancelSession(ctx, id); err != nil {
 						t.Fatalf("step %d: cancel: %v", i, err)
+					}
+				case "cancel-not-yet":
+					if err := e.client.CancelSession(ctx, id); !errors.Is(err, juiceapi.ErrNotYet) {
+						t.Fatalf("step %d: cancel of an assigned session: %v, want ErrNotYet", i, err)
 					}
 				case "agent-missing":
 					if err := e.sim.SetAgentState("test-agent-1", juiceapi.AgentMissing); err != nil {

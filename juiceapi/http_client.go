@@ -239,6 +239,14 @@ func (c *HTTPClient) CancelSession(ctx context.Context, id string) error {
 		if s.Ended() {
 			return nil
 		}
+		// Only a session its agent holds is cancelled (or one the controller reports queued, which no agent has).
+		// An assigned one may not be on its agent yet, and a session read back empty is the legacy controller's
+		// queued one that its scheduler may be assigning at this moment: cancelling either can reach the agent as a
+		// cancel of a session it never took, and the real agent exits on that (seen in the legacy chaos run).
+		if s.State == StateAssigned || s.ID == "" || s.State == "" {
+			return &APIError{Method: http.MethodDelete, Path: "/v1/session/" + id, Kind: ErrNotYet,
+				Message: fmt.Sprintf("session %s is %s: cancelled once its agent has taken it", id, orEmpty(s.State))}
+		}
 		err = c.do(ctx, call{method: http.MethodDelete, path: "/v1/session/" + url.PathEscape(id), once: true,
 			decode: func(ct string, b []byte) error {
 				var msg string // the legacy answer is a JSON string, "Session <id> cancelled"
@@ -264,6 +272,13 @@ func (c *HTTPClient) CancelSession(ctx context.Context, id string) error {
 		case <-t.C:
 		}
 	}
+}
+
+func orEmpty(state string) string {
+	if state == "" {
+		return "read back empty (queued)"
+	}
+	return state
 }
 
 // alreadyEnded recognises a controller that refuses to cancel an ended session.

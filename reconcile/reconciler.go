@@ -123,7 +123,7 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 		}
 		if found, _ := view.ByKey(r.ID.String()); len(found) > 0 {
 			keep := found[0].ID
-			if err := rc.cancelOrphans(ctx, log, view, r, keep); err != nil {
+			if _, err := rc.cancelOrphans(ctx, log, view, r, keep); err != nil {
 				return Result{}, true, err
 			}
 			r.Status.SessionID = keep
@@ -163,7 +163,7 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 			// Other sessions carrying the run's key are orphans of a lost answer: placed by now, if at all.
 			if view, err := rc.walk(ctx, r.Request.Pool); err != nil {
 				return Result{}, true, fmt.Errorf("look for orphans of the run: %w", err)
-			} else if err := rc.cancelOrphans(ctx, log, view, r, s.ID); err != nil {
+			} else if _, err := rc.cancelOrphans(ctx, log, view, r, s.ID); err != nil {
 				return Result{}, true, err
 			}
 			if err := rc.seal(r, s, req); err != nil {
@@ -210,15 +210,23 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 				return Result{}, true, fmt.Errorf("find the run's sessions to release: %w", err)
 			}
 			found, _ := view.ByKey(r.ID.String())
-			if err := rc.cancelOrphans(ctx, log, view, r, r.Status.SessionID); err != nil {
+			notYet, err := rc.cancelOrphans(ctx, log, view, r, r.Status.SessionID)
+			if err != nil {
 				return Result{}, true, err
+			}
+			if notYet > 0 {
+				return Result{RequeueAfter: rc.WaitPoll}, true, nil // cancelled once their agent has them
 			}
 			if r.Status.SessionID == "" && len(found) > 0 {
 				reason = fmt.Sprintf("%d session(s) found by the run's key cancelled at the Juice Controller", len(found))
 			}
 		}
 		if r.Status.SessionID != "" {
-			if err := rc.Juice.CancelSession(ctx, r.Status.SessionID); err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
+			err := rc.Juice.CancelSession(ctx, r.Status.SessionID)
+			if errors.Is(err, juiceapi.ErrNotYet) {
+				return Result{RequeueAfter: rc.WaitPoll}, true, nil
+			}
+			if err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
 				return Result{}, true, fmt.Errorf("cancel session: %w", err)
 			}
 			reason = "session " + r.Status.SessionID + " cancelled at the Juice Controller"
@@ -234,19 +242,25 @@ func (rc *Reconciler) walk(ctx context.Context, pool string) (*juiceapi.PoolView
 }
 
 // cancelOrphans cancels every session of view carrying r's key but keep: a second session booked for the run
-// by a request whose answer was lost.
-func (rc *Reconciler) cancelOrphans(ctx context.Context, log logr.Logger, view *juiceapi.PoolView, r *Reservation, keep string) error {
+// by a request whose answer was lost. notYet counts those that cannot be cancelled before their agent takes them
+// (juiceapi.ErrNotYet).
+func (rc *Reconciler) cancelOrphans(ctx context.Context, log logr.Logger, view *juiceapi.PoolView, r *Reservation, keep string) (notYet int, err error) {
 	found, agents := view.ByKey(r.ID.String())
 	for i, s := range found {
 		if s.ID == keep {
 			continue
 		}
-		if err := rc.Juice.CancelSession(ctx, s.ID); err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
-			return fmt.Errorf("cancel orphan session %s of the run: %w", s.ID, err)
+		err := rc.Juice.CancelSession(ctx, s.ID)
+		if errors.Is(err, juiceapi.ErrNotYet) {
+			notYet++
+			continue
+		}
+		if err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
+			return notYet, fmt.Errorf("cancel orphan session %s of the run: %w", s.ID, err)
 		}
 		log.Info("cancelled an orphan session of the run", "session", s.ID, "agent", agents[i], "kept", keep)
 	}
-	return nil
+	return notYet, nil
 }
 
 // seal writes the session file for an active session into r's status: exactly the GPUs asked for, even when

@@ -34,6 +34,9 @@ type Legacy struct {
 	PoolUUIDs bool `json:"poolUUIDs,omitempty"`
 	// MissingKeepsSessions: the sessions of an agent that goes missing stay active for ever.
 	MissingKeepsSessions bool `json:"missingKeepsSessions,omitempty"`
+	// CancelBeforeActiveKillsAgent: a DELETE of an assigned session (its agent has not taken it yet) makes it
+	// canceling; the agent then meets a cancel of a session it does not hold and exits: it goes missing.
+	CancelBeforeActiveKillsAgent bool `json:"cancelBeforeActiveKillsAgent,omitempty"`
 }
 
 // ProfileLegacy is the name of the profile with every Legacy behaviour on (juice-sim --profile legacy).
@@ -42,7 +45,8 @@ const ProfileLegacy = "legacy"
 // AllLegacy returns Legacy with every behaviour on.
 func AllLegacy() Legacy {
 	return Legacy{IgnoreIdempotencyKey: true, NoSessionListing: true, CancelReopens: true, EmptyQueuedRead: true,
-		WholeAgentGrant: true, CrashOnNeverFit: true, PoolUUIDs: true, MissingKeepsSessions: true}
+		WholeAgentGrant: true, CrashOnNeverFit: true, PoolUUIDs: true, MissingKeepsSessions: true,
+		CancelBeforeActiveKillsAgent: true}
 }
 
 // Profile returns the Legacy behaviours of a named profile: "" or "default" (none) or "legacy" (all).
@@ -83,6 +87,14 @@ func (s *Sim) Crashed() (bool, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.crashed != "", s.crashed
+}
+
+// AgentsKilled counts agents that exited on a cancel of a session they had not taken
+// (CancelBeforeActiveKillsAgent).
+func (s *Sim) AgentsKilled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.agentsKilled
 }
 
 // Reopened counts cancels of closed sessions that reopened them (CancelReopens): each one would have killed a

@@ -389,6 +389,11 @@ func (s *Sim) cancelLocked(id string) error {
 	case juiceapi.StateQueued:
 		s.closeLocked(ss, "cancelled while queued")
 	case juiceapi.StateAssigned, juiceapi.StateActive:
+		if ss.state == juiceapi.StateAssigned && s.legacy.CancelBeforeActiveKillsAgent && ss.agent != nil {
+			s.agentsKilled++
+			s.log.Info("cancel of a session its agent has not taken: the agent exits (legacy)", "session", ss.id, "agent", ss.agent.id)
+			s.setAgentStateLocked(ss.agent, juiceapi.AgentMissing, "exited: unable to cancel session")
+		}
 		ss.state, ss.since = juiceapi.StateCanceling, s.now()
 		s.log.Info("session canceling", "session", ss.id)
 	}
@@ -485,6 +490,9 @@ func (a *agent) view() juiceapi.Agent {
 func (s *Sim) checkLocked() error {
 	if s.reopened > 0 {
 		return fmt.Errorf("%d closed session(s) reopened by a cancel", s.reopened)
+	}
+	if s.agentsKilled > 0 {
+		return fmt.Errorf("%d agent(s) exited on a cancel of a session they had not taken", s.agentsKilled)
 	}
 	held := map[*gpu]uint64{}
 	for _, ss := range s.order {

@@ -47,9 +47,10 @@ type Sim struct {
 	keys      map[string]*session
 	dirty     bool // something changed that may let a queued session in
 
-	legacy   Legacy
-	crashed  string // why the controller "exited" (Legacy.CrashOnNeverFit); every /v1 call is dropped after
-	reopened int    // cancels that reopened a closed session (Legacy.CancelReopens)
+	legacy       Legacy
+	crashed      string // why the controller "exited" (Legacy.CrashOnNeverFit); every /v1 call is dropped after
+	reopened     int    // cancels that reopened a closed session (Legacy.CancelReopens)
+	agentsKilled int    // agents that exited on a cancel of a session they had not taken
 
 	done      chan struct{}
 	closeOnce sync.Once
