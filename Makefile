@@ -16,7 +16,7 @@ export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
-.PHONY: all build go-build spank install package test-package demo-installed test unit test-go test-smoke test-spank test-e2e test-compat testbed-up testbed-down \
+.PHONY: all build go-build spank install package test-package demo-installed test unit test-go test-smoke test-spank test-e2e test-compat test-releases testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -91,9 +91,9 @@ unit:
 	$(GO) test -count=1 ./...
 
 # Everything CI runs: the test bed comes up first (installing what is missing), then the C and Go suites
-# against the real daemons, the end-to-end suite and a short chaos run on the wired cluster, then the Slurm
-# 24.11 and 26.05 compatibility runs.
-test: testbed-up build lint test-spank test-go test-smoke test-e2e chaos-short test-compat
+# against the real daemons, the end-to-end suite and a short chaos run on each Slurm release's fully wired
+# cluster (22.05 on the host, 24.11 and 26.05 in chroots), then the REST compatibility runs.
+test: testbed-up build lint test-spank test-go test-smoke test-releases test-compat
 	@echo "make test: all suites passed"
 
 test-spank:
@@ -115,6 +115,12 @@ test-e2e: build
 test-compat: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/chroot/test-compat.sh'
 
+# The e2e suite and chaos-short on every release (RELEASES="22.05 24.11 26.05" by default), each on its own wired
+# cluster; test/releases.sh takes each cluster's lock itself (the host's is HOST_LOCK).
+RELEASES ?= 22.05 24.11 26.05
+test-releases: build
+	bash test/releases.sh $(RELEASES)
+
 testbed-up:
 	bash test/testbed.sh up
 
@@ -124,8 +130,11 @@ testbed-wire: build
 testbed-down:
 	bash test/testbed.sh down
 
+# make demo SLURM=24.11 or SLURM=26.05: the same demo on that release's chroot cluster (test/chroot/), under its lock.
+SLURM ?= 22.05
+DEMO_LOCK = $(if $(filter 22.05,$(SLURM)),$(ON_HOST),flock -o $(dir $(HOST_LOCK))chroot-$(if $(filter 24.11,$(SLURM)),trixie,sid).lock)
 demo:
-	$(ON_HOST) bash test/demo.sh
+	$(DEMO_LOCK) env SLURM=$(SLURM) bash test/demo.sh
 
 # The demo from the installed .deb (make test-package installs it): the plugin, hooks, job_submit.lua, settings
 # examples, controller and juice-sim all from /usr/lib/juice-slurm and /usr/share/juice-slurm.

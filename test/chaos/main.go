@@ -6,8 +6,9 @@
 //	go run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s     (make chaos)
 //	go run ./test/chaos -jobs 60 -kills 4 -rest-outage 15s       (make chaos-short, in CI)
 //
-// It needs the test bed up and wired (make testbed-wire) and the binaries built; it uses the test bed's ports
-// 7070 (simulator) and 7171 (hook API), so it never runs beside the e2e suite.
+// It needs the test bed up and wired (make testbed-wire, or test/chroot/slurm-chroot.sh wire SUITE for Slurm 24.11
+// and 26.05 with JUICE_TESTBED_ENV naming its env file) and the binaries built; it uses the test bed's simulator
+// and hook ports (7070 and 7171 on the host's), so it never runs beside the e2e suite on the same test bed.
 //
 // With -juice legacy the Juice side is the legacy open-source controller that test/juicelegacy/legacy.sh up runs
 // (make test-juice-legacy): it has no fault injection, it shares the test bed's PostgreSQL (so PostgreSQL is not
@@ -39,11 +40,12 @@ import (
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
-const (
-	simAddr  = "127.0.0.1:7070"
-	hookAddr = "127.0.0.1:7171"
-	simToken = "m2m_chaos_token_not_secret"
-)
+const simToken = "m2m_chaos_token_not_secret"
+
+// simAddr and hookAddr are the test bed's (testbed.Env.SimAddr, HookAddr).
+var simAddr, hookAddr string
+
+var restartPG bool
 
 // legacy is the legacy controller's env file when it is the Juice side (-juice legacy).
 var legacy *testbed.Env
@@ -78,6 +80,9 @@ func main() {
 	timeout := flag.Duration("timeout", 25*time.Minute, "give up after this long")
 	juiceSide := flag.String("juice", "sim", "the Juice side: sim (juice-sim, with faults) or legacy (the legacy controller, up already)")
 	out := flag.String("out", "", "also write the figures to this file")
+	// PostgreSQL is the host test bed's, shared by every release's run and guarded by the host's lock: the runs on
+	// the chroot test beds leave it alone (the controller's reconnect is the same code whatever the release).
+	flag.BoolVar(&restartPG, "restart-postgres", true, "restart PostgreSQL after the second kill")
 	flag.Parse()
 	if *juiceSide == "legacy" {
 		env, err := testbed.Load(legacyEnvFile())
@@ -113,6 +118,8 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	c := &chaos{env: env, repo: repo, errRate: errRate, latency: latency}
+	simAddr, hookAddr = env.SimAddr(), env.HookAddr()
+	logf("Slurm %s, slurmrestd %s, juice-sim %s, hook API %s", env.Release(), env.SlurmrestdURL(), simAddr, hookAddr)
 	if c.dir, err = os.MkdirTemp("", "juice-chaos-"); err != nil {
 		return err
 	}
@@ -137,7 +144,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	for _, name := range []string{"juice-controller", "juice-sim"} {
-		testbed.StopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
+		testbed.StopPidFile(filepath.Join(env.RunDir(), name+".pid"))
 	}
 
 	for _, addr := range []string{simAddr, hookAddr} {
@@ -150,13 +157,14 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	defer c.stopJuice()
-	ctlLog := filepath.Join(env.Get("JUICE_TESTBED_DIR"), "log", "chaos-controller.log")
+	ctlLog := filepath.Join(env.LogDir(), "chaos-controller.log")
 	_ = os.Remove(ctlLog)
 	startCtl := func() error {
-		cmd := exec.Command(filepath.Join(c.repo, "bin/juice-slurm"), append([]string{"controller",
+		cmd := exec.Command(filepath.Join(c.repo, "bin/juice-slurm"), append([]string{"controller", "--config=",
 			"--cluster", env.Cluster(), "--database-url", c.dbURL,
 			"--slurmrestd-url", env.SlurmrestdURL(), "--slurm-user", env.SlurmUser(), "--slurm-token-file", env.TokenFile(),
-			"--cluster-key", "/etc/juice-slurm/cluster.key", "--hook-secret", "/etc/juice-slurm/hook.secret",
+			"--cluster-key", env.ClusterKey(), "--hook-secret", env.HookSecret(), "--policy", env.PolicyFile(),
+			"--hook-cert", env.HookCert(), "--hook-key", env.HookKey(),
 			"--hook-listen", hookAddr, "--poll-interval", "500ms", "--session-poll", "200ms", "--lease-ttl", "3s",
 			"--sweep-interval", "15s", "--log-format", "json"}, juiceArgs...)...)
 		if err := testbed.StartLogged(cmd, ctlLog); err != nil {
@@ -169,7 +177,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	defer func() { testbed.StopProcess(c.controller) }()
-	if err := testbed.WaitHook(hookAddr, "/readyz", 60*time.Second); err != nil {
+	if err := c.env.WaitHook(hookAddr, "/readyz", 60*time.Second); err != nil {
 		return err
 	}
 	return c.disturb(ctx, startCtl, nJobs, nKills, outage, errRate, latency, out)
@@ -232,7 +240,7 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 			args = append(args, "--juice-vram=1.5")
 		}
 		args = append(args, "--wrap", fmt.Sprintf("test -n \"$JUICE_SESSION_ID\" || exit 42; sleep %d", 1+rng.IntN(3)))
-		id, err := sbatch(ctx, args)
+		id, err := sbatch(ctx, env, args)
 		if err != nil {
 			return err
 		}
@@ -242,8 +250,17 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 
 	// The disturbances, spread over the run: kills every few seconds, PostgreSQL restarted after the second
 	// kill, slurmrestd stopped after the third.
+	// PostgreSQL is always the host test bed's; slurmrestd is the test bed's own, brought back by its "up".
 	tb := filepath.Join(c.repo, "test/testbed.sh")
-	restRun := filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", "slurmrestd.pid")
+	restRun := filepath.Join(env.RunDir(), "slurmrestd.pid")
+	up := env.UpCommand(c.repo)
+	restUp := func() error {
+		logf("starting slurmrestd again")
+		if out, err := exec.Command(up[0], up[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("restart slurmrestd (%s): %v: %s", strings.Join(up, " "), err, out)
+		}
+		return nil
+	}
 	pgRestarted, restStopped := false, false
 	var restBack time.Time
 	for k := 0; k < nKills && ctx.Err() == nil; k++ {
@@ -257,11 +274,11 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 			return err
 		}
 		c.kills++
-		if err := testbed.WaitHook(hookAddr, "/healthz", 30*time.Second); err != nil {
+		if err := c.env.WaitHook(hookAddr, "/healthz", 30*time.Second); err != nil {
 			return err
 		}
 		c.restarts = append(c.restarts, time.Since(down))
-		if k == 1 && !pgRestarted && legacy == nil { // the legacy controller shares the server: not with it
+		if k == 1 && restartPG && !pgRestarted && legacy == nil { // the legacy controller shares the server: not with it
 			logf("restarting PostgreSQL")
 			if out, err := exec.Command("setpriv", "--reuid=postgres", "--regid=postgres", "--clear-groups",
 				"/usr/lib/postgresql/15/bin/pg_ctl", "-D", filepath.Join(env.Get("JUICE_TESTBED_DIR"), "pg/data"),
@@ -282,18 +299,16 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 			restBack = time.Now().Add(outage)
 		}
 		if restStopped && !restBack.IsZero() && time.Now().After(restBack) {
-			logf("starting slurmrestd again")
-			if out, err := exec.Command("bash", tb, "up").CombinedOutput(); err != nil {
-				return fmt.Errorf("restart slurmrestd: %v: %s", err, out)
+			if err := restUp(); err != nil {
+				return err
 			}
 			restBack = time.Time{}
 		}
 	}
 	if !restBack.IsZero() {
 		time.Sleep(time.Until(restBack))
-		logf("starting slurmrestd again")
-		if out, err := exec.Command("bash", tb, "up").CombinedOutput(); err != nil {
-			return fmt.Errorf("restart slurmrestd: %v: %s", err, out)
+		if err := restUp(); err != nil {
+			return err
 		}
 	}
 
@@ -446,9 +461,8 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 	return nil
 }
 
-func sbatch(ctx context.Context, args []string) (uint32, error) {
-	cmd := exec.CommandContext(ctx, "sbatch", args...)
-	cmd.Env = testbed.CleanEnv()
+func sbatch(ctx context.Context, env testbed.Env, args []string) (uint32, error) {
+	cmd := env.Command(ctx, "sbatch", args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("sbatch %v: %v: %s", args, err, out)

@@ -3,8 +3,12 @@
 #
 # A whole Slurm cluster inside a debootstrap chroot, for running juice-slurm against newer Slurm releases than the
 # host's:
-#   trixie -> Slurm 24.11 (REST v0.0.40..v0.0.42), slurmctld 7817, slurmd 7818 + 7819, slurmrestd 7820, hook 7271
-#   sid    -> Slurm 26.05 (REST v0.0.42..v0.0.45), slurmctld 8817, slurmd 8818 + 8819, slurmrestd 8820, hook 7371
+#   trixie -> Slurm 24.11 (REST v0.0.40..v0.0.42), slurmctld 7817, slurmd 7818 + 7819, slurmrestd 7820, hook 7271,
+#             juice-sim 7270
+#   sid    -> Slurm 26.05 (REST v0.0.42..v0.0.45), slurmctld 8817, slurmd 8818 + 8819, slurmrestd 8820, hook 7371,
+#             juice-sim 7370
+# (the host's test bed: slurmctld 6817, slurmd 6818 + 6819, slurmrestd 6820, hook 7171, juice-sim 7070). The hook
+# and juice-sim ports are where the e2e suite, the chaos run and the demo run the controller and the simulator.
 #
 # up      (idempotent) builds the chroot once (kept), mounts proc/sys/dev/dev/pts, starts munged, slurmctld, two
 #         slurmds (nodes juiceSUITE1 and juiceSUITE2, each in its own UTS namespace so `hostname` in a job names
@@ -16,7 +20,10 @@
 #         controller on 127.0.0.1:$JUICE_CHROOT_HOOK_PORT, a static juice-slurm binary, the cluster key, the hook
 #         secret and the sessions directory; restarts slurmctld and the slurmds. Stays wired across down/up.
 # unwire  takes the plugin and the hooks out again (keys and binaries stay).
-# down    stops what up started (by pid: only processes whose root is this chroot) and unmounts.
+# services (after wire; idempotent) starts, on the host, juice-sim on 127.0.0.1:$SIM_PORT (pool "demo": one agent
+#         of 4 GPUs x 24 GiB; pool "test": 2 agents of 8 x 80 GiB) and the controller this cluster's hooks call, with
+#         a database juice_SUITE in the host test bed's PostgreSQL (make demo SLURM=24.11|26.05).
+# down    stops the services, then what up started (by pid: only processes whose root is this chroot) and unmounts.
 # destroy down + delete the chroot, refused while anything is still mounted inside it.
 #
 # The daemons share user names (and possibly uids) with the host's Slurm: never stop anything by name.
@@ -26,13 +33,13 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 BASE=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
 
-usage() { echo "usage: $0 up|wire|unwire|down|status|destroy trixie|sid" >&2; exit 2; }
+usage() { echo "usage: $0 up|wire|unwire|services|down|status|destroy trixie|sid" >&2; exit 2; }
 [ $# -eq 2 ] || usage
 CMD=$1 SUITE=$2
 
 case "$SUITE" in
-trixie) PORT_BASE=7800 HOOK_PORT_DEFAULT=7271 ;;
-sid) PORT_BASE=8800 HOOK_PORT_DEFAULT=7371 ;;
+trixie) PORT_BASE=7800 HOOK_PORT_DEFAULT=7271 SIM_PORT=7270 ;;
+sid) PORT_BASE=8800 HOOK_PORT_DEFAULT=7371 SIM_PORT=7370 ;;
 *) usage ;;
 esac
 CTLD_PORT=$((PORT_BASE + 17)) REST_PORT=$((PORT_BASE + 20))
@@ -184,6 +191,9 @@ slurmd_names() { local n; for n in "${NODES[@]}"; do echo "slurmd-$n"; done; }
 stop_all() {
 	local pids p n
 	stop_renew
+	stop_host juice-controller
+	stop_host juice-sim
+	rm -f "$RUNDIR/demo-db-url"
 	# Our daemons first (by their pid files), then anything else still living in the chroot (job steps).
 	for n in slurmrestd $(slurmd_names) slurmd slurmctld munged; do stop_daemon "$n"; done
 	pids=$(chroot_pids)
@@ -338,6 +348,8 @@ SchedulerParameters=sched_interval=2
 ReturnToService=2
 MinJobAge=300
 KillWait=5
+# One license the demo uses to keep a job pending (eligible, waiting for Licenses) for as long as it likes.
+Licenses=juice_demo:1
 # Slow prologs: slurmctld waits for ever unless this is set; the juice prolog's own wait is shorter.
 PrologEpilogTimeout=300
 Include $WIRING_CONF
@@ -562,6 +574,15 @@ wire() {
 	install_atomic "$bin" "$ROOT$JUICE_LIB/juice-slurm" 0755
 	install_atomic "$REPO/hooks/juice-prolog.sh" "$ROOT$JUICE_LIB/juice-prolog.sh" 0755
 	install_atomic "$REPO/hooks/juice-epilog.sh" "$ROOT$JUICE_LIB/juice-epilog.sh" 0755
+	install_atomic "$REPO/hooks/slurmctld-parts.sh" "$ROOT$JUICE_LIB/slurmctld-parts.sh" 0755
+	# PrologSlurmctld and EpilogSlurmctld run through the dispatcher, as on the host test bed (a site keeps its own
+	# beside ours): juice-slurm's part only, every other part (a test's leftover) removed.
+	local ctx
+	for ctx in prolog epilog; do
+		mkdir -p "$ROOT/etc/slurm/${ctx}_slurmctld.d"
+		find "$ROOT/etc/slurm/${ctx}_slurmctld.d" -mindepth 1 -maxdepth 1 ! -name 50-juice -exec rm -rf {} +
+		ln -sfn "$JUICE_LIB/juice-$ctx.sh" "$ROOT/etc/slurm/${ctx}_slurmctld.d/50-juice"
+	done
 	# 3. Secrets, the shared state directory, the hook log.
 	install -d -m 0755 "$ROOT$JUICE_ETC"
 	secret $JUICE_ETC/cluster.key
@@ -587,15 +608,22 @@ wire() {
 	# 4. job_submit.lua and its module next to slurm.conf (the module first: a new job_submit.lua is loaded at
 	# once), the plugstack entry, the slurm.conf lines.
 	install_atomic "$REPO/hooks/juice_submit.lua" "$ROOT/etc/slurm/juice_submit.lua" 0644
+	# The module first: slurmctld loads a new job_submit.lua (which requires it) at the next submission.
+	install_atomic "$REPO/hooks/juice_submit.lua" "$ROOT/etc/slurm/juice_submit.lua" 0644
 	install_atomic "$REPO/hooks/job_submit.lua" "$ROOT/etc/slurm/job_submit.lua" 0644
+	# The site policy job_submit.lua and the controller both read, as the host test bed's: the plugstack's limits
+	# and the pools of juice-sim's configurations (the demo's and the e2e suite's).
+	sed -e 's/^pools = .*/pools = demo, small, test/' "$REPO/deploy/juice-policy.conf" >"$ROOT$JUICE_ETC/.juice-policy.conf.new"
+	chmod 0644 "$ROOT$JUICE_ETC/.juice-policy.conf.new"
+	mv "$ROOT$JUICE_ETC/.juice-policy.conf.new" "$ROOT$JUICE_ETC/juice-policy.conf"
 	echo "required $JUICE_LIB/spank_juice.so /usr/bin/juice $JUICE_SESSIONS key=$JUICE_ETC/cluster.key max_gpus=8 max_vram=80GiB" \
 		>"$ROOT$PLUGSTACK_ENTRY.new"
 	mv "$ROOT$PLUGSTACK_ENTRY.new" "$ROOT$PLUGSTACK_ENTRY"
 	cat >"$ROOT$WIRING_CONF.new" <<EOF
 # juice-slurm wiring: written by test/chroot/slurm-chroot.sh wire
 JobSubmitPlugins=lua
-PrologSlurmctld=$JUICE_LIB/juice-prolog.sh
-EpilogSlurmctld=$JUICE_LIB/juice-epilog.sh
+PrologSlurmctld=$JUICE_LIB/slurmctld-parts.sh
+EpilogSlurmctld=$JUICE_LIB/slurmctld-parts.sh
 EOF
 	mv "$ROOT$WIRING_CONF.new" "$ROOT$WIRING_CONF"
 	# slurmctld reads JobSubmitPlugins and the prolog settings at start; slurmd and the clients load plugstack per
@@ -617,6 +645,66 @@ wired() { [ -s "$ROOT$PLUGSTACK_ENTRY" ] && grep -q '^JobSubmitPlugins=lua' "$RO
 
 wired_hook_port() { # the port the installed juice-config.sh points at
 	sed -n 's#^JUICE_HOOK_URL=https*://127.0.0.1:\([0-9]*\).*#\1#p' "$ROOT$JUICE_ETC/juice-config.sh" 2>/dev/null
+}
+
+# ---- services (on the host) ----------------------------------------------------------------------
+# Processes of the host (not in the chroot), recorded by pid: juice-sim and the controller.
+host_running() { [ -s "$RUNDIR/$1.pid" ] && kill -0 "$(cat "$RUNDIR/$1.pid")" 2>/dev/null; }
+
+stop_host() { # name
+	local p
+	if host_running "$1"; then
+		p=$(cat "$RUNDIR/$1.pid")
+		log "stopping $1 (pid $p)"
+		kill -TERM "$p" 2>/dev/null || true
+		for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -0 "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null || true
+	fi
+	rm -f "$RUNDIR/$1.pid"
+}
+
+services() {
+	daemon_running slurmctld || die "the $SUITE test bed is not up: run '$0 up $SUITE' first"
+	wired || die "the $SUITE test bed is not wired: run '$0 wire $SUITE' first"
+	[ -x "$REPO/bin/juice-slurm" ] && [ -x "$REPO/bin/juice-sim" ] || die "bin/ is missing: run make build"
+	local pg dbname=juice_$SUITE db demo=$RUNDIR/demo hook
+	hook=127.0.0.1:$(wired_hook_port)
+	pg=$(sed -n 's/^JUICE_TESTBED_PG_URL=//p' "$BASE/env" 2>/dev/null)
+	[ -n "$pg" ] || die "the host test bed's PostgreSQL is not up (test/testbed.sh up)"
+	psql "$pg" -qtAc "SELECT 1 FROM pg_database WHERE datname='$dbname'" | grep -q 1 || psql "$pg" -qc "CREATE DATABASE $dbname"
+	# The same server and credentials, this cluster's database.
+	db=$(sed -E "s#^([^?]*/)[^/?]*([?]|\$)#\1$dbname\2#" <<<"$pg")
+	echo "$db" >"$RUNDIR/demo-db-url"
+	install -d -m 0755 "$demo"
+	[ -s "$demo/juice.token" ] || (umask 077 && echo "m2m_demo_$(openssl rand -hex 12)" >"$demo/juice.token")
+	cat >"$demo/sim.json" <<EOF
+{"tick": "500ms", "activateDelay": "1s", "cancelDelay": "500ms",
+ "pools": [{"id": "demo", "agents": [{"gpus": 4, "vram": "24GiB", "gpuName": "NVIDIA L4", "hostname": "gpu-host-1"}]},
+           {"id": "test", "agents": [{"count": 2, "gpus": 8, "vram": "80GiB"}]}]}
+EOF
+	if ! host_running juice-sim; then
+		log "starting juice-sim on 127.0.0.1:$SIM_PORT"
+		setsid "$REPO/bin/juice-sim" --listen "127.0.0.1:$SIM_PORT" --token-file "$demo/juice.token" --config "$demo/sim.json" \
+			</dev/null >>"$RUNDIR/juice-sim.log" 2>&1 &
+		echo $! >"$RUNDIR/juice-sim.pid"
+	fi
+	wait_for juice-sim 20 curl -fsS "http://127.0.0.1:$SIM_PORT/healthz"
+	if ! host_running juice-controller; then
+		log "starting the juice-slurm controller (hook API on $hook)"
+		setsid "$REPO/bin/juice-slurm" controller --config= --cluster $CLUSTER --database-url "$db" \
+			--slurmrestd-url "http://127.0.0.1:$REST_PORT" --slurm-user $REST_USER --slurm-token-file "$ROOT$TOKEN" \
+			--juice-url "http://127.0.0.1:$SIM_PORT" --juice-token-file "$demo/juice.token" \
+			--cluster-key "$ROOT$JUICE_ETC/cluster.key" --hook-secret "$ROOT$JUICE_ETC/hook.secret" \
+			--policy "$ROOT$JUICE_ETC/juice-policy.conf" --hook-cert $JUICE_ETC/hook.crt --hook-key $JUICE_ETC/hook.key \
+			--hook-listen "$hook" --poll-interval 1s \
+			</dev/null >>"$RUNDIR/juice-controller.log" 2>&1 &
+		echo $! >"$RUNDIR/juice-controller.pid"
+	fi
+	# Over TLS with the host's certificate, which wire copied into the chroot for the hooks to pin; the check proves
+	# the listener too: a squatter on the port has no key for it.
+	wait_for "the controller" 60 curl -fsS --cacert $JUICE_ETC/hook.crt "https://$hook/readyz"
+	write_env
+	log "services up: juice-sim 127.0.0.1:$SIM_PORT, controller $hook, database $dbname (logs in $RUNDIR)"
 }
 
 # ---- the env file ---------------------------------------------------------------------------------
@@ -648,12 +736,15 @@ write_env() {
 		echo "JUICE_TESTBED_OTHER_USER=$OTHER_USER"
 		echo "JUICE_TESTBED_WIRED=$w"
 		echo "JUICE_TESTBED_HOOK_PORT=$port"
+		echo "JUICE_TESTBED_SIM_PORT=$SIM_PORT"
 		echo "JUICE_TESTBED_CLUSTER_KEY=$ROOT$JUICE_ETC/cluster.key"
 		echo "JUICE_TESTBED_HOOK_SECRET=$ROOT$JUICE_ETC/hook.secret"
+		echo "JUICE_TESTBED_POLICY=$ROOT$JUICE_ETC/juice-policy.conf"
 		echo "JUICE_TESTBED_SESSIONS_DIR=$ROOT$JUICE_SESSIONS"
 		echo "JUICE_TESTBED_HOOK_LOG=$ROOT$JUICE_LOGDIR/hooks.log"
 		echo "JUICE_TESTBED_PLUGSTACK_ENTRY=$ROOT$PLUGSTACK_ENTRY"
 		[ -n "$pg" ] && echo "JUICE_TESTBED_PG_URL=$pg"
+		[ -f "$RUNDIR/demo-db-url" ] && echo "JUICE_TESTBED_DEMO_DB_URL=$(cat "$RUNDIR/demo-db-url")"
 	} >"$ENVFILE.tmp"
 	chmod 644 "$ENVFILE.tmp"
 	mv "$ENVFILE.tmp" "$ENVFILE"
@@ -685,6 +776,7 @@ up)
 	;;
 wire) wire ;;
 unwire) unwire ;;
+services) services ;;
 down)
 	[ -d "$ROOT" ] || exit 0
 	stop_all

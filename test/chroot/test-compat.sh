@@ -68,7 +68,8 @@ log "building the integration test binary"
 # refused at the prompt. The chroot stays wired (non-Juice jobs, such as the integration suite's, pass through).
 spank_check() {
 	local rel=$1 suite=$2 root=$BASE/chroot-$2 logf=$LOGS/$stamp-$1-spank.log
-	"$HERE/slurm-chroot.sh" wire "$suite" >"$logf" 2>&1 || { log "Slurm $rel: wire failed"; return 1; }
+	# Under the chroot's lock, as test/releases.sh takes it: a run of the e2e suite there must not be rewired.
+	flock -o "$BASE/chroot-$suite.lock" "$HERE/slurm-chroot.sh" wire "$suite" >"$logf" 2>&1 || { log "Slurm $rel: wire failed"; return 1; }
 	local run=(chroot "$root" /usr/local/lib/juice-slurm/juice-run-as root)
 	local help rc=0 cmd opt
 	for cmd in srun sbatch salloc; do

@@ -25,7 +25,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
-// sh runs a command with a bound, returning its combined output and exit code.
+// sh runs a command of the host with a bound, returning its combined output and exit code.
 func sh(t *testing.T, within time.Duration, name string, args ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
@@ -33,6 +33,22 @@ func sh(t *testing.T, within time.Duration, name string, args ...string) (string
 	c := exec.CommandContext(ctx, name, args...)
 	c.Dir = os.TempDir()
 	c.Env = testbed.CleanEnv()
+	return runBounded(t, ctx, c, within)
+}
+
+// slurm runs a Slurm client of the test bed's release (srun, sbatch, squeue...) like sh.
+func slurm(t *testing.T, within time.Duration, name string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	c := world.env.Command(ctx, name, args...)
+	c.Dir = os.TempDir()
+	return runBounded(t, ctx, c, within)
+}
+
+func runBounded(t *testing.T, ctx context.Context, c *exec.Cmd, within time.Duration) (string, int) {
+	t.Helper()
+	name, args := c.Path, c.Args[1:]
 	out, err := c.CombinedOutput()
 	var ee *exec.ExitError
 	switch {
@@ -96,11 +112,16 @@ func waitJobDone(t *testing.T, id uint32, within time.Duration) *slurmrest.Job {
 
 func sbatch(t *testing.T, args ...string) uint32 {
 	t.Helper()
-	out, code := sh(t, 30*time.Second, "sbatch", append([]string{"--parsable"}, args...)...)
+	out, code := slurm(t, 30*time.Second, "sbatch", append([]string{"--parsable"}, args...)...)
 	require.Equal(t, 0, code, "sbatch %v: %s", args, out)
 	id, err := strconv.ParseUint(strings.TrimSpace(strings.Split(out, ";")[0]), 10, 32)
 	require.NoError(t, err, out)
 	return uint32(id)
+}
+
+// nodeCount is how many compute nodes the test bed has.
+func nodeCount() int {
+	return max(1, len(world.env.Nodes()))
 }
 
 func jobIDFrom(t *testing.T, out string) uint32 {
@@ -132,7 +153,7 @@ func noLiveSession(t *testing.T, s *store.Store, job uint32) {
 
 func TestOptionsListedInHelp(t *testing.T) {
 	for _, cmd := range []string{"srun", "sbatch", "salloc"} {
-		out, _ := sh(t, 20*time.Second, cmd, "--help")
+		out, _ := slurm(t, 20*time.Second, cmd, "--help")
 		for _, opt := range []string{"--juice-pool", "--juice-gpu-count", "--juice-vram"} {
 			require.Contains(t, out, opt, "%s --help", cmd)
 		}
@@ -164,11 +185,11 @@ func TestBadValuesAreRefusedBeforeSubmission(t *testing.T) {
 		if tc.cmd == "srun" {
 			args = append(args, "true")
 		}
-		out, code := sh(t, 30*time.Second, tc.cmd, args...)
+		out, code := slurm(t, 30*time.Second, tc.cmd, args...)
 		require.NotEqual(t, 0, code, "%s %v was accepted:\n%s", tc.cmd, tc.args, out)
 		require.Contains(t, out, "juice", "%s %v", tc.cmd, tc.args)
 		require.Contains(t, out, tc.msg, "%s %v: the message names the value", tc.cmd, tc.args)
-		q, _ := sh(t, 10*time.Second, "squeue", "-h", "--states=all", "-n", name, "-o", "%i")
+		q, _ := slurm(t, 10*time.Second, "squeue", "-h", "--states=all", "-n", name, "-o", "%i")
 		require.Empty(t, strings.TrimSpace(q), "%s %v created a job", tc.cmd, tc.args)
 	}
 }
@@ -176,7 +197,7 @@ func TestBadValuesAreRefusedBeforeSubmission(t *testing.T) {
 // srun with two GPUs: the job's tasks see their session, and the session is released when the job ends.
 func TestSrunGetsTwoGPUs(t *testing.T) {
 	s := openStore(t)
-	out, code := sh(t, 90*time.Second, "srun", "--juice-pool=test", "--juice-gpu-count=2", "env")
+	out, code := slurm(t, 90*time.Second, "srun", "--juice-pool=test", "--juice-gpu-count=2", "env")
 	require.Equal(t, 0, code, out)
 	job := jobIDFrom(t, out)
 	require.Contains(t, out, "JUICE_GPU_COUNT=2")
@@ -192,7 +213,7 @@ func TestSrunGetsTwoGPUs(t *testing.T) {
 func TestSbatchVRAMSliceWritesSessionEnv(t *testing.T) {
 	s := openStore(t)
 	outFile := filepath.Join(world.dir, "sbatch-vram.out")
-	job := sbatch(t, "--juice-pool=test", "--juice-vram=1.5", "-o", outFile, "--wrap", "env")
+	job := sbatch(t, "--juice-pool=test", "--juice-vram=1.5", "-o", world.env.JobPath(outFile), "--wrap", "env")
 	j := waitJobDone(t, job, 90*time.Second)
 	require.Equal(t, slurmrest.StateCompleted, j.State)
 	require.Equal(t, "juice:v1:pool=test,gpus=1,vram=1610612736", j.AdminComment)
@@ -206,7 +227,7 @@ func TestSbatchVRAMSliceWritesSessionEnv(t *testing.T) {
 
 func TestSallocGetsItsSession(t *testing.T) {
 	s := openStore(t)
-	out, code := sh(t, 90*time.Second, "salloc", "--juice-pool=test", "--juice-gpu-count=1", "srun", "env")
+	out, code := slurm(t, 90*time.Second, "salloc", "--juice-pool=test", "--juice-gpu-count=1", "srun", "env")
 	require.Equal(t, 0, code, out)
 	job := jobIDFrom(t, out)
 	require.Contains(t, out, "JUICE_GPU_COUNT=1")
@@ -220,7 +241,7 @@ func TestSallocGetsItsSession(t *testing.T) {
 func TestForgedCommentIsIgnored(t *testing.T) {
 	s := openStore(t)
 	outFile := filepath.Join(world.dir, "forged.out")
-	job := sbatch(t, "--comment=juice:v1:pool=test,gpus=1", "-o", outFile, "--wrap", "env")
+	job := sbatch(t, "--comment=juice:v1:pool=test,gpus=1", "-o", world.env.JobPath(outFile), "--wrap", "env")
 	j := waitJobDone(t, job, 60*time.Second)
 	require.Equal(t, slurmrest.StateCompleted, j.State)
 	require.Empty(t, j.AdminComment)
@@ -235,9 +256,9 @@ func TestForgedCommentIsIgnored(t *testing.T) {
 // released.
 func TestPendingRequestVisibleAndCancelReleases(t *testing.T) {
 	s := openStore(t)
-	// A blocker takes the whole node, so the Juice job waits for Resources: eligible, and so reserved ahead.
-	blocker := sbatch(t, "--exclusive", "-o", "/dev/null", "--wrap", "sleep 120")
-	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(blocker)))
+	// A blocker takes every node, so the Juice job waits for Resources: eligible, and so reserved ahead.
+	blocker := sbatch(t, "--exclusive", "--nodes="+strconv.Itoa(nodeCount()), "-o", "/dev/null", "--wrap", "sleep 120")
+	defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(blocker)))
 	waitFor(t, 30*time.Second, "the blocker runs", func() bool { return getJob(t, blocker).State == slurmrest.StateRunning })
 	job := sbatch(t, "--exclusive", "--juice-pool=test", "--juice-gpu-count=2", "-o", "/dev/null", "--wrap", "true")
 	j := getJob(t, job)
@@ -245,7 +266,7 @@ func TestPendingRequestVisibleAndCancelReleases(t *testing.T) {
 	require.Equal(t, "juice:v1:pool=test,gpus=2", j.AdminComment)
 	require.Equal(t, "juice:v1:pool=test,gpus=2", j.Comment, "the comment carries the request when the user gave none")
 	waitFor(t, 30*time.Second, "reserved while pending", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReady })
-	_, code := sh(t, 10*time.Second, "scancel", strconv.Itoa(int(job)))
+	_, code := slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(job)))
 	require.Equal(t, 0, code)
 	waitFor(t, 30*time.Second, "released after the cancel", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
 	noLiveSession(t, s, job)
@@ -265,7 +286,7 @@ func TestPoolFullBatchJobIsRequeuedThenServed(t *testing.T) {
 	holder := sbatch(t, append(ask, "-o", "/dev/null", "--wrap", "sleep 25")...)
 	waitFor(t, 60*time.Second, "the holder has the pool's only GPU", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
 	outFile := filepath.Join(world.dir, "poolfull.out")
-	job := sbatch(t, append(ask, "-o", outFile, "--wrap", "env")...)
+	job := sbatch(t, append(ask, "-o", world.env.JobPath(outFile), "--wrap", "env")...)
 	waitFor(t, 90*time.Second, "the job is requeued", func() bool { return getJob(t, job).Run >= 1 })
 	if legacyMode() {
 		waitJobDone(t, holder, 2*time.Minute)
@@ -288,13 +309,13 @@ func TestPoolFullBatchJobIsRequeuedThenServed(t *testing.T) {
 func TestSrunPoolStaysFull(t *testing.T) {
 	s := openStore(t)
 	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 60")
-	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
+	defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
 	waitFor(t, 60*time.Second, "the holder runs", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
 	name := fmt.Sprintf("e2e-full-%d", time.Now().UnixNano()%1e6)
-	out, code := sh(t, 120*time.Second, "srun", "--job-name="+name, "--juice-pool=small", "true")
+	out, code := slurm(t, 120*time.Second, "srun", "--job-name="+name, "--juice-pool=small", "true")
 	require.NotEqual(t, 0, code, out)
 	require.Contains(t, out, "PrologSlurmctld failed")
-	q, _ := sh(t, 10*time.Second, "squeue", "-h", "--states=all", "-n", name, "-o", "%i %T")
+	q, _ := slurm(t, 10*time.Second, "squeue", "-h", "--states=all", "-n", name, "-o", "%i %T")
 	fields := strings.Fields(q)
 	require.Len(t, fields, 2, q)
 	require.NotEqual(t, "RUNNING", fields[1], "the allocation leaked")
@@ -320,14 +341,14 @@ func TestRequeueGetsANewSession(t *testing.T) {
 		return getJob(t, job).State == slurmrest.StateRunning && stateOf(t, s, run(job, 0)) == reconcile.StateReady
 	})
 	r0, _ := s.ForRun(context.Background(), run(job, 0))
-	out, code := sh(t, 10*time.Second, "scontrol", "requeue", strconv.Itoa(int(job)))
+	out, code := slurm(t, 10*time.Second, "scontrol", "requeue", strconv.Itoa(int(job)))
 	require.Equal(t, 0, code, out)
 	waitFor(t, 3*time.Minute, "run 1 ready and run 0 released", func() bool {
 		return stateOf(t, s, run(job, 0)) == reconcile.StateReleased && stateOf(t, s, run(job, 1)) == reconcile.StateReady
 	})
 	r1, _ := s.ForRun(context.Background(), run(job, 1))
 	require.NotEqual(t, r0.Status.SessionID, r1.Status.SessionID)
-	_, _ = sh(t, 10*time.Second, "scancel", strconv.Itoa(int(job)))
+	_, _ = slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(job)))
 	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 1)) == reconcile.StateReleased })
 	noLiveSession(t, s, job)
 }
@@ -336,7 +357,7 @@ func TestRequeueGetsANewSession(t *testing.T) {
 func TestControllerRestartMidJob(t *testing.T) {
 	s := openStore(t)
 	outFile := filepath.Join(world.dir, "restart.out")
-	job := sbatch(t, "--juice-pool=test", "-o", outFile, "--wrap", "env; sleep 10")
+	job := sbatch(t, "--juice-pool=test", "-o", world.env.JobPath(outFile), "--wrap", "env; sleep 10")
 	waitFor(t, 60*time.Second, "running with its session", func() bool {
 		return getJob(t, job).State == slurmrest.StateRunning && stateOf(t, s, run(job, 0)) == reconcile.StateReady
 	})
@@ -368,7 +389,7 @@ func TestTamperedOrForeignSessionFileIsRefused(t *testing.T) {
 		{"another job's", func(t *testing.T, path string, job uint32) {
 			// A valid file, sealed for another run: the one of the other job running beside it.
 			other := sbatch(t, "--juice-pool=test", "-o", "/dev/null", "--wrap", "sleep 30")
-			defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(other)))
+			defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(other)))
 			otherFile := filepath.Join(dir, fmt.Sprintf("%d.0.session", other))
 			waitFor(t, 60*time.Second, "the other job's session file", func() bool { _, err := os.Stat(otherFile); return err == nil })
 			b, err := os.ReadFile(otherFile)
@@ -380,7 +401,7 @@ func TestTamperedOrForeignSessionFileIsRefused(t *testing.T) {
 			outFile := filepath.Join(world.dir, "damaged.out")
 			_ = os.Remove(outFile)
 			// The batch script waits before its step, so the file can be damaged in between.
-			job := sbatch(t, "--juice-pool=test", "-o", outFile, "--wrap", "sleep 6; srun env")
+			job := sbatch(t, "--juice-pool=test", "-o", world.env.JobPath(outFile), "--wrap", "sleep 6; srun env")
 			path := filepath.Join(dir, fmt.Sprintf("%d.0.session", job))
 			waitFor(t, 60*time.Second, "the job runs", func() bool {
 				_, err := os.Stat(path)
@@ -393,7 +414,7 @@ func TestTamperedOrForeignSessionFileIsRefused(t *testing.T) {
 			require.Contains(t, string(b), "juice:", "the plugin says why")
 			require.NotContains(t, string(b), "JUICE_SESSION_ID=", "no task ran with a session")
 			waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
-			out, _ := sh(t, 10*time.Second, "sinfo", "-h", "-o", "%T")
+			out, _ := slurm(t, 10*time.Second, "sinfo", "-h", "-o", "%T")
 			require.NotContains(t, out, "drain", "a bad session file must not drain the node")
 		})
 	}

@@ -31,11 +31,11 @@ import (
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
-const (
-	simAddr  = "127.0.0.1:7070"
-	hookAddr = "127.0.0.1:7171"
-	simToken = "m2m_e2e_token_not_secret"
-)
+const simToken = "m2m_e2e_token_not_secret"
+
+// simAddr and hookAddr are the test bed's own (testbed.Env.SimAddr, HookAddr): every release's test bed has its
+// ports, so the suite can run against each of them side by side.
+var simAddr, hookAddr string
 
 // world is what every test shares: the processes TestMain started.
 var world struct {
@@ -67,13 +67,16 @@ func runAll(m *testing.M) int {
 		return fail("the test bed is not up (make testbed-up): %v", err)
 	}
 	world.env = env
+	simAddr, hookAddr = env.SimAddr(), env.HookAddr()
+	fmt.Fprintf(os.Stderr, "e2e: Slurm %s, slurmrestd %s, juice-sim %s, hook API %s\n", env.Release(), env.SlurmrestdURL(), simAddr, hookAddr)
 	if world.repo, err = testbed.Repo(); err != nil {
 		return fail("%v", err)
 	}
-	if _, err := os.Stat("/etc/slurm/plugstack.conf.d/juice.conf"); err != nil {
-		return fail("the test bed is not wired (make testbed-wire): %v", err)
+	if _, err := os.Stat(env.PlugstackEntry()); err != nil {
+		return fail("the test bed is not wired (make testbed-wire, or test/chroot/slurm-chroot.sh wire SUITE): %v", err)
 	}
-	dir, err := os.MkdirTemp("", "juice-e2e-")
+	// Jobs write their output here: inside the chroot of a chroot test bed, so both they and the tests see it.
+	dir, err := os.MkdirTemp(env.HostPath(os.TempDir()), "juice-e2e-")
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -93,7 +96,7 @@ func runAll(m *testing.M) int {
 	// The demo may have left its own simulator and controller on these ports: they are the test bed's, stop
 	// them by their pid files.
 	for _, name := range []string{"juice-controller", "juice-sim"} {
-		testbed.StopPidFile(filepath.Join(env.Get("JUICE_TESTBED_DIR"), "run", name+".pid"))
+		testbed.StopPidFile(filepath.Join(env.RunDir(), name+".pid"))
 	}
 
 	if legacyMode() {
@@ -151,20 +154,20 @@ func startController() error { return startControllerOn(world.dbURL) }
 
 // startControllerOn starts the controller with the given database URL.
 func startControllerOn(dbURL string) error {
-	secret := "/etc/juice-slurm/hook.secret"
-	c := exec.Command(filepath.Join(world.repo, "bin/juice-slurm"), "controller",
+	c := exec.Command(filepath.Join(world.repo, "bin/juice-slurm"), "controller", "--config=",
 		"--cluster", world.env.Cluster(), "--database-url", dbURL,
 		"--slurmrestd-url", world.env.SlurmrestdURL(), "--slurm-user", world.env.SlurmUser(),
 		"--slurm-token-file", world.env.TokenFile(),
 		"--juice-url", world.juiceURL, "--juice-token-file", world.juiceToken, "--juice-pools", world.juicePools,
-		"--cluster-key", "/etc/juice-slurm/cluster.key", "--hook-secret", secret, "--hook-listen", hookAddr,
+		"--cluster-key", world.env.ClusterKey(), "--hook-secret", world.env.HookSecret(), "--policy", world.env.PolicyFile(),
+		"--hook-cert", world.env.HookCert(), "--hook-key", world.env.HookKey(), "--hook-listen", hookAddr,
 		"--poll-interval", "500ms", "--session-poll", "100ms", "--lease-ttl", "3s", "--sweep-interval", "10s",
 		"--log-format", "json")
 	if err := testbed.StartLogged(c, world.ctlLog); err != nil {
 		return err
 	}
 	world.controller = c
-	if err := testbed.WaitHook(hookAddr, "/readyz", 60*time.Second); err != nil {
+	if err := world.env.WaitHook(hookAddr, "/readyz", 60*time.Second); err != nil {
 		return fmt.Errorf("%v\n%s", err, tail(world.ctlLog))
 	}
 	return nil

@@ -26,7 +26,8 @@ import (
 // Juice inside a site's own setup: the site's job_submit.lua calling our module, the site's PrologSlurmctld and
 // EpilogSlurmctld beside ours, and jobs that ask nothing of Juice passing whatever state juice-slurm is in.
 
-const slurmEtc = "/etc/slurm"
+// slurmEtc is the host's path of slurmctld's configuration directory (inside the chroot of a chroot test bed).
+func slurmEtc() string { return world.env.HostPath("/etc/slurm") }
 
 // replaceFile puts text at path (temporary name, then rename) with an mtime in a later second than the file's
 // current one: slurmctld re-reads job_submit.lua only when its mtime (in whole seconds) grew.
@@ -46,7 +47,7 @@ func replaceFile(t *testing.T, path string, text []byte, mode os.FileMode) {
 // useJobSubmit installs text as slurmctld's job_submit.lua until the test ends, then the repository's default.
 func useJobSubmit(t *testing.T, text []byte) {
 	t.Helper()
-	path := filepath.Join(slurmEtc, "job_submit.lua")
+	path := filepath.Join(slurmEtc(), "job_submit.lua")
 	replaceFile(t, path, text, 0o644)
 	t.Cleanup(func() {
 		def, err := os.ReadFile(filepath.Join(world.repo, "hooks/job_submit.lua"))
@@ -57,7 +58,7 @@ func useJobSubmit(t *testing.T, text []byte) {
 
 func scontrolShow(t *testing.T, job uint32) string {
 	t.Helper()
-	out, code := sh(t, 10*time.Second, "scontrol", "show", "job", strconv.Itoa(int(job)))
+	out, code := slurm(t, 10*time.Second, "scontrol", "show", "job", strconv.Itoa(int(job)))
 	require.Equal(t, 0, code, out)
 	return out
 }
@@ -75,7 +76,7 @@ func TestSiteJobSubmitCallsTheModule(t *testing.T) {
 	require.Equal(t, slurmrest.StateCompleted, waitJobDone(t, plain, 60*time.Second).State)
 
 	outFile := filepath.Join(world.dir, "site-submit.out")
-	job := sbatch(t, "--time=3", "--juice-pool=test", "-o", outFile, "--wrap", "env")
+	job := sbatch(t, "--time=3", "--juice-pool=test", "-o", world.env.JobPath(outFile), "--wrap", "env")
 	show := scontrolShow(t, job)
 	require.Contains(t, show, "TimeLimit=00:03:00", "the user's time limit stays")
 	j := waitJobDone(t, job, 90*time.Second)
@@ -86,7 +87,7 @@ func TestSiteJobSubmitCallsTheModule(t *testing.T) {
 	require.Regexp(t, `(?m)^JUICE_SESSION_ID=[0-9a-f-]{36}$`, string(b))
 	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
 
-	out, code := sh(t, 30*time.Second, "sbatch", "--job-name=site-refuses-this", "--juice-pool=test", "--wrap", "true")
+	out, code := slurm(t, 30*time.Second, "sbatch", "--job-name=site-refuses-this", "--juice-pool=test", "--wrap", "true")
 	require.NotEqual(t, 0, code, out)
 	require.Contains(t, out, "site: jobs of that name are not allowed here")
 	noLiveSession(t, s, job)
@@ -96,14 +97,14 @@ func TestSiteJobSubmitCallsTheModule(t *testing.T) {
 // test bed is wired so): the site's part first; a site prolog that refuses a job stops it before Juice waits.
 func TestSitePrologAndEpilogRunBesideJuice(t *testing.T) {
 	s := openStore(t)
-	traceDir, err := os.MkdirTemp("", "juice-e2e-site-")
+	traceDir, err := os.MkdirTemp(world.env.HostPath(os.TempDir()), "juice-e2e-site-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(traceDir) })
 	require.NoError(t, os.Chmod(traceDir, 0o1777)) // the parts run as SlurmUser
 	trace := filepath.Join(traceDir, "trace")
 	for _, ctx := range []string{"prolog_slurmctld", "epilog_slurmctld"} {
-		part := filepath.Join(slurmEtc, ctx+".d", "10-site")
-		script := fmt.Sprintf("#!/bin/sh\necho \"$SLURM_SCRIPT_CONTEXT $SLURM_JOB_ID\" >>%s\n", trace)
+		part := filepath.Join(slurmEtc(), ctx+".d", "10-site")
+		script := fmt.Sprintf("#!/bin/sh\necho \"$SLURM_SCRIPT_CONTEXT $SLURM_JOB_ID\" >>%s\n", world.env.JobPath(trace))
 		if ctx == "prolog_slurmctld" {
 			script += "[ \"$SLURM_JOB_COMMENT\" = site-refuse ] && exit 1\n"
 		}
@@ -116,7 +117,7 @@ func TestSitePrologAndEpilogRunBesideJuice(t *testing.T) {
 		return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(line) + `$`).Match(b)
 	}
 
-	out, code := sh(t, 90*time.Second, "srun", "--juice-pool=test", "env")
+	out, code := slurm(t, 90*time.Second, "srun", "--juice-pool=test", "env")
 	require.Equal(t, 0, code, out)
 	job := jobIDFrom(t, out)
 	require.Regexp(t, `(?m)^JUICE_SESSION_ID=[0-9a-f-]{36}$`, out, "juice-slurm's prolog ran after the site's")
@@ -125,17 +126,17 @@ func TestSitePrologAndEpilogRunBesideJuice(t *testing.T) {
 	waitFor(t, 30*time.Second, "released by juice-slurm's epilog", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
 
 	name := fmt.Sprintf("e2e-site-refuse-%d", time.Now().UnixNano()%1e6)
-	out, code = sh(t, 90*time.Second, "srun", "--job-name="+name, "--comment=site-refuse", "--juice-pool=test", "true")
+	out, code = slurm(t, 90*time.Second, "srun", "--job-name="+name, "--comment=site-refuse", "--juice-pool=test", "true")
 	require.NotEqual(t, 0, code, out)
 	require.Contains(t, out, "PrologSlurmctld failed")
-	q, _ := sh(t, 10*time.Second, "squeue", "-h", "--states=all", "-n", name, "-o", "%i")
+	q, _ := slurm(t, 10*time.Second, "squeue", "-h", "--states=all", "-n", name, "-o", "%i")
 	refused, err := strconv.ParseUint(strings.TrimSpace(q), 10, 32)
 	require.NoError(t, err, q)
 	require.True(t, traced(fmt.Sprintf("prolog_slurmctld %d", refused)))
 	waitFor(t, 30*time.Second, "the site's epilog ran for the refused job", func() bool {
 		return traced(fmt.Sprintf("epilog_slurmctld %d", refused))
 	})
-	hooks, err := os.ReadFile(filepath.Join(world.env.Get("JUICE_TESTBED_DIR"), "log", "juice-hooks.log"))
+	hooks, err := os.ReadFile(world.env.HookLog())
 	require.NoError(t, err)
 	require.NotContains(t, string(hooks), fmt.Sprintf("juice: job %d run 0: waiting", refused),
 		"juice-slurm's prolog waited although the site's prolog had refused the job")
@@ -150,13 +151,13 @@ func TestSitePrologAndEpilogRunBesideJuice(t *testing.T) {
 // job must complete in its first run (a failed prolog would have requeued it).
 func plainJobsPass(t *testing.T) {
 	t.Helper()
-	out, code := sh(t, 60*time.Second, "srun", "true")
+	out, code := slurm(t, 60*time.Second, "srun", "true")
 	require.Equal(t, 0, code, "srun: %s", out)
 	job := sbatch(t, "-o", "/dev/null", "--wrap", "true")
 	j := waitJobDone(t, job, 60*time.Second)
 	require.Equal(t, slurmrest.StateCompleted, j.State, "sbatch job %d", job)
 	require.Equal(t, 0, j.Run, "sbatch job %d was requeued", job)
-	out, code = sh(t, 60*time.Second, "salloc", "srun", "true")
+	out, code = slurm(t, 60*time.Second, "salloc", "srun", "true")
 	require.Equal(t, 0, code, "salloc: %s", out)
 }
 
@@ -164,18 +165,18 @@ func plainJobsPass(t *testing.T) {
 // job_submit.lua's module missing, the controller down, or the controller's PostgreSQL down.
 func TestPlainJobsPassWhateverJuiceSlurmsState(t *testing.T) {
 	t.Run("hook config missing", func(t *testing.T) {
-		config := "/etc/juice-slurm/juice-config.sh"
+		config := world.env.HostPath("/etc/juice-slurm/juice-config.sh")
 		require.NoError(t, os.Rename(config, config+".e2e-hidden"))
 		t.Cleanup(func() { require.NoError(t, os.Rename(config+".e2e-hidden", config)) })
 		plainJobsPass(t)
 		// A Juice job fails at its prolog, not silently without its GPUs.
-		out, code := sh(t, 60*time.Second, "srun", "--juice-pool=test", "true")
+		out, code := slurm(t, 60*time.Second, "srun", "--juice-pool=test", "true")
 		require.NotEqual(t, 0, code, out)
 		require.Contains(t, out, "PrologSlurmctld failed")
 	})
 	t.Run("settings file broken", func(t *testing.T) {
 		// juice-slurm's own settings file, which `juice-slurm hook` reads, with a setting no command knows.
-		settings := "/etc/juice-slurm/juice-slurm.conf"
+		settings := world.env.HostPath("/etc/juice-slurm/juice-slurm.conf")
 		old, err := os.ReadFile(settings)
 		had := err == nil
 		require.NoError(t, os.WriteFile(settings, []byte("no-such-setting = 1\n"), 0o644))
@@ -189,18 +190,18 @@ func TestPlainJobsPassWhateverJuiceSlurmsState(t *testing.T) {
 		plainJobsPass(t)
 	})
 	t.Run("job_submit module missing", func(t *testing.T) {
-		module := filepath.Join(slurmEtc, "juice_submit.lua")
+		module := filepath.Join(slurmEtc(), "juice_submit.lua")
 		require.NoError(t, os.Rename(module, module+".e2e-hidden"))
 		// slurmctld keeps its loaded script until job_submit.lua's mtime changes.
 		def, err := os.ReadFile(filepath.Join(world.repo, "hooks/job_submit.lua"))
 		require.NoError(t, err)
-		replaceFile(t, filepath.Join(slurmEtc, "job_submit.lua"), def, 0o644)
+		replaceFile(t, filepath.Join(slurmEtc(), "job_submit.lua"), def, 0o644)
 		t.Cleanup(func() {
 			require.NoError(t, os.Rename(module+".e2e-hidden", module))
-			replaceFile(t, filepath.Join(slurmEtc, "job_submit.lua"), def, 0o644)
+			replaceFile(t, filepath.Join(slurmEtc(), "job_submit.lua"), def, 0o644)
 		})
 		plainJobsPass(t)
-		out, code := sh(t, 30*time.Second, "sbatch", "--juice-pool=test", "--wrap", "true")
+		out, code := slurm(t, 30*time.Second, "sbatch", "--juice-pool=test", "--wrap", "true")
 		require.NotEqual(t, 0, code, out)
 		require.Contains(t, out, "juice: this cluster cannot take Juice jobs now")
 	})

@@ -78,13 +78,18 @@ const HookCA = "/etc/juice-slurm/hook.crt"
 // WaitHook waits until the hook API at addr (host:port) answers /path over TLS with the pinned certificate: a
 // squatter on the port cannot pass for the controller.
 func WaitHook(addr, path string, within time.Duration) error {
-	pem, err := os.ReadFile(HookCA)
+	return WaitHookCA(HookCA, addr, path, within)
+}
+
+// WaitHookCA is WaitHook with the certificate in file ca (a chroot test bed's: Env.HookCert).
+func WaitHookCA(ca, addr, path string, within time.Duration) error {
+	pem, err := os.ReadFile(ca)
 	if err != nil {
-		return fmt.Errorf("the hook API's certificate: %w (make testbed-wire makes it)", err)
+		return fmt.Errorf("the hook API's certificate: %w (the test bed's wire makes it)", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return fmt.Errorf("%s holds no certificate", HookCA)
+		return fmt.Errorf("%s holds no certificate", ca)
 	}
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}}}
 	return waitHTTP(c, "https://"+addr+path, within)

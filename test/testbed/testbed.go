@@ -71,6 +71,130 @@ func RuntimeURL(t testing.TB, dbURL string) string {
 	return u
 }
 
+// Chroot is the root directory of a chroot test bed (Slurm 24.11 or 26.05, test/chroot/slurm-chroot.sh), or ""
+// for the host's.
+func (e Env) Chroot() string { return e.Vars["JUICE_TESTBED_CHROOT"] }
+
+// HostPath is the host's name of a path as the test bed's daemons and jobs see it.
+func (e Env) HostPath(p string) string {
+	if e.Chroot() == "" {
+		return p
+	}
+	return filepath.Join(e.Chroot(), p)
+}
+
+// JobPath is the name jobs see for a host path inside the test bed (the inverse of HostPath). A host path
+// outside a chroot test bed is returned as it is, and a job there cannot see it.
+func (e Env) JobPath(p string) string {
+	root := e.Chroot()
+	if root == "" {
+		return p
+	}
+	if rel, err := filepath.Rel(root, p); err == nil && !strings.HasPrefix(rel, "..") {
+		return "/" + rel
+	}
+	return p
+}
+
+// Command runs a Slurm client (srun, sbatch, squeue...) of the test bed's own release: on the host as it is, in a
+// chroot test bed through its JUICE_TESTBED_EXEC prefix (chroot, then root's clean environment inside it). The
+// environment never carries SLURM_JWT (see CleanEnv).
+func (e Env) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	prefix := strings.Fields(e.Vars["JUICE_TESTBED_EXEC"])
+	var c *exec.Cmd
+	if len(prefix) == 0 {
+		c = exec.CommandContext(ctx, name, args...)
+	} else {
+		c = exec.CommandContext(ctx, prefix[0], append(append(prefix[1:], name), args...)...)
+	}
+	c.Env = CleanEnv()
+	return c
+}
+
+// getOr returns the variable, or def when it is absent.
+func (e Env) getOr(name, def string) string {
+	if v := e.Vars[name]; v != "" {
+		return v
+	}
+	return def
+}
+
+// HookAddr is where the wired prolog and epilog expect the controller's hook API; SimAddr is where the suites run
+// juice-sim. Each test bed has its own, so the releases can be tested side by side.
+func (e Env) HookAddr() string { return "127.0.0.1:" + e.getOr("JUICE_TESTBED_HOOK_PORT", "7171") }
+func (e Env) SimAddr() string  { return "127.0.0.1:" + e.getOr("JUICE_TESTBED_SIM_PORT", "7070") }
+
+// ClusterKey, HookSecret, HookCert, HookKey, PolicyFile and PlugstackEntry are the host's paths of the wiring's files.
+func (e Env) ClusterKey() string {
+	return e.getOr("JUICE_TESTBED_CLUSTER_KEY", "/etc/juice-slurm/cluster.key")
+}
+func (e Env) HookSecret() string {
+	return e.getOr("JUICE_TESTBED_HOOK_SECRET", "/etc/juice-slurm/hook.secret")
+}
+func (e Env) HookCert() string {
+	return e.getOr("JUICE_TESTBED_HOOK_CERT", HookCA)
+}
+func (e Env) HookKey() string {
+	return e.getOr("JUICE_TESTBED_HOOK_KEY", "/etc/juice-slurm/hook.key")
+}
+
+// WaitHook waits for the hook API at addr over TLS, pinning the test bed's certificate (see WaitHookCA).
+func (e Env) WaitHook(addr, path string, within time.Duration) error {
+	return WaitHookCA(e.HookCert(), addr, path, within)
+}
+func (e Env) PolicyFile() string {
+	return e.getOr("JUICE_TESTBED_POLICY", "/etc/juice-slurm/juice-policy.conf")
+}
+func (e Env) PlugstackEntry() string {
+	return e.getOr("JUICE_TESTBED_PLUGSTACK_ENTRY", "/etc/slurm/plugstack.conf.d/juice.conf")
+}
+
+// HookLog is the host's path of the log the prolog and epilog write.
+func (e Env) HookLog() string {
+	return e.getOr("JUICE_TESTBED_HOOK_LOG", filepath.Join(e.Get("JUICE_TESTBED_DIR"), "log", "juice-hooks.log"))
+}
+
+// Nodes are the compute nodes' names (JUICE_TESTBED_NODES, comma separated).
+func (e Env) Nodes() []string {
+	var out []string
+	for _, n := range strings.Split(e.Vars["JUICE_TESTBED_NODES"], ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Release names the test bed's Slurm release for messages ("22.05 (host)" when the env file does not say).
+func (e Env) Release() string {
+	v := e.getOr("JUICE_TESTBED_SLURM_VERSION", "22.05")
+	return v + " (" + e.getOr("JUICE_TESTBED_KIND", "host") + ")"
+}
+
+// RunDir holds the pid files of the test bed's daemons (slurmrestd.pid above all).
+func (e Env) RunDir() string {
+	if e.Chroot() != "" {
+		return filepath.Join(e.Chroot(), "juice-run")
+	}
+	return filepath.Join(e.Get("JUICE_TESTBED_DIR"), "run")
+}
+
+// LogDir is where the suites keep the logs of the processes they start.
+func (e Env) LogDir() string {
+	if e.Chroot() != "" {
+		return filepath.Join(e.Chroot(), "juice-run")
+	}
+	return filepath.Join(e.Get("JUICE_TESTBED_DIR"), "log")
+}
+
+// UpCommand is the command that brings the test bed's missing daemons back (idempotent).
+func (e Env) UpCommand(repo string) []string {
+	if k := e.Vars["JUICE_TESTBED_KIND"]; strings.HasPrefix(k, "chroot-") {
+		return []string{"bash", filepath.Join(repo, "test/chroot/slurm-chroot.sh"), "up", strings.TrimPrefix(k, "chroot-")}
+	}
+	return []string{"bash", filepath.Join(repo, "test/testbed.sh"), "up"}
+}
+
 // Load reads an env file of KEY=VALUE lines.
 func Load(path string) (Env, error) {
 	f, err := os.Open(path)
@@ -91,7 +215,21 @@ func Load(path string) (Env, error) {
 		}
 		env.Vars[k] = v
 	}
-	return env, sc.Err()
+	if err := sc.Err(); err != nil {
+		return Env{}, err
+	}
+	// A chroot test bed uses the host test bed's PostgreSQL: take its connection settings from the host's env
+	// file as they are now (they change when the host test bed is brought up again), not as copied at `up`.
+	if root := env.Chroot(); root != "" {
+		if host, err := Load(filepath.Join(filepath.Dir(root), "env")); err == nil && host.Chroot() == "" {
+			for k, v := range host.Vars {
+				if strings.HasPrefix(k, "JUICE_TESTBED_PG_") {
+					env.Vars[k] = v
+				}
+			}
+		}
+	}
+	return env, nil
 }
 
 // EnvFile is the env file in use: $JUICE_TESTBED_ENV or DefaultEnvFile.
