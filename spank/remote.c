@@ -108,7 +108,8 @@ int juice_remote_load(spank_t sp, const struct juice_config *cfg,
 	unsigned char key[JUICE_KEY_LEN];
 	char why[1024], path[PATH_MAX + 64], cluster[JUICE_CLUSTER_MAX + 1];
 	char buf[128];
-	uint32_t job_id = 0, run, found_run;
+	uint32_t job_id = 0, run, found_run = 0;
+	struct juice_state_id sid;
 	int rc;
 
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) {
@@ -126,28 +127,43 @@ int juice_remote_load(spank_t sp, const struct juice_config *cfg,
 		 juice_cluster_valid(buf) == 0)
 		memcpy(cluster, buf, strlen(buf) + 1);  /* valid: <= 63 */
 
-	if (juice_session_find(cfg->state_dir, job_id, run, path, sizeof(path),
-			       &found_run, why, sizeof(why)) < 0) {
-		snprintf(err, errlen, "job %u asked for Juice GPUs but %s; "
-			 "failing the task", job_id, why);
-		return -1;
-	}
-
+	/* The key is on this node's own disk, root's: read it as root. */
 	if (juice_key_load(cfg->key_file, 1, key, why, sizeof(why)) < 0) {
 		snprintf(err, errlen, "job %u asked for Juice GPUs but the "
 			 "cluster key cannot be read: %s; failing the task",
 			 job_id, why);
 		return -1;
 	}
-	rc = juice_session_open(path, key, cluster, job_id, (long)found_run,
-				env, why, sizeof(why));
-	explicit_bzero(key, sizeof(key));
-	if (rc < 0) {
+	/* The state directory may be on NFS with root squashed: read it as
+	 * its owner (juice_state_enter), and as root again right after. */
+	if (juice_state_enter(cfg->state_dir, &sid, why, sizeof(why)) < 0) {
+		explicit_bzero(key, sizeof(key));
+		snprintf(err, errlen, "job %u asked for Juice GPUs but %s; "
+			 "failing the task", job_id, why);
+		return -1;
+	}
+	rc = juice_session_find(cfg->state_dir, job_id, run, path, sizeof(path),
+				&found_run, why, sizeof(why));
+	if (rc < 0)
+		snprintf(err, errlen, "job %u asked for Juice GPUs but %s; "
+			 "failing the task", job_id, why);
+	else if ((rc = juice_session_open_owned(path, key, cluster, job_id,
+						(long)found_run, sid.owner,
+						env, why, sizeof(why))) < 0)
 		snprintf(err, errlen, "job %u asked for Juice GPUs but its "
 			 "session cannot be used: %s; failing the task",
 			 job_id, why);
+	explicit_bzero(key, sizeof(key));
+	if (juice_state_leave(&sid, why, sizeof(why)) < 0) {
+		/* Never go on with another identity than root's. */
+		if (rc == 0)
+			juice_env_clear(env);
+		snprintf(err, errlen, "job %u: %s; failing the task", job_id,
+			 why);
 		return -1;
 	}
+	if (rc < 0)
+		return -1;
 	/* The sealed request is the job's: the step may not ask for another. */
 	if (juice_session_check_request(env, pool, gpus, vram, &req, why,
 					sizeof(why)) < 0) {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,10 +23,12 @@
 
 /*
  * Read a whole small regular file without following a symlink in its last
- * component.  *data is NUL-terminated; free (and wipe) it.
+ * component.  *data is NUL-terminated; free (and wipe) it.  With owner not
+ * NULL the file must belong to *owner and be writable by it alone.
  */
 static int read_small_file(const char *path, size_t max, int strict,
-			   char **data, size_t *len, char *err, size_t errlen)
+			   const uid_t *owner, char **data, size_t *len,
+			   char *err, size_t errlen)
 {
 	struct stat st;
 	size_t total = 0;
@@ -48,6 +51,17 @@ static int read_small_file(const char *path, size_t max, int strict,
 	}
 	if (!S_ISREG(st.st_mode)) {
 		snprintf(err, errlen, "%s is not a regular file", path);
+		goto fail;
+	}
+	if (owner && st.st_uid != *owner) {
+		snprintf(err, errlen, "%s belongs to uid %u, not to the state "
+			 "directory's owner (uid %u)", path,
+			 (unsigned)st.st_uid, (unsigned)*owner);
+		goto fail;
+	}
+	if (owner && (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		snprintf(err, errlen, "%s is writable by other users (mode "
+			 "%04o)", path, (unsigned)(st.st_mode & 07777));
 		goto fail;
 	}
 	if (strict && (st.st_mode & S_IRWXO)) {
@@ -121,7 +135,7 @@ int juice_key_load(const char *path, int strict,
 			 "argument key=/path/to/cluster.key)");
 		return -1;
 	}
-	if (read_small_file(path, 256, strict, &data, &len, err, errlen) < 0)
+	if (read_small_file(path, 256, strict, NULL, &data, &len, err, errlen) < 0)
 		return -1;
 	if (len == 2 * JUICE_KEY_LEN + 1 && data[len - 1] == '\n')
 		len--;
@@ -368,9 +382,33 @@ static int parse_plaintext(struct juice_env *out, size_t ptlen, char *err,
 	return 0;
 }
 
+static int session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
+			const char *cluster, uint32_t job_id, long run,
+			const uid_t *owner, struct juice_env *out, char *err,
+			size_t errlen);
+
 int juice_session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
 		       const char *cluster, uint32_t job_id, long run,
 		       struct juice_env *out, char *err, size_t errlen)
+{
+	return session_open(path, key, cluster, job_id, run, NULL, out, err,
+			    errlen);
+}
+
+int juice_session_open_owned(const char *path,
+			     const unsigned char key[JUICE_KEY_LEN],
+			     const char *cluster, uint32_t job_id, long run,
+			     uid_t owner, struct juice_env *out, char *err,
+			     size_t errlen)
+{
+	return session_open(path, key, cluster, job_id, run, &owner, out, err,
+			    errlen);
+}
+
+static int session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
+			const char *cluster, uint32_t job_id, long run,
+			const uid_t *owner, struct juice_env *out, char *err,
+			size_t errlen)
 {
 	char *data = NULL, *nl;
 	size_t len, hlen, bodylen, ctlen;
@@ -378,8 +416,8 @@ int juice_session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
 	int ptlen, rc = -1;
 
 	memset(out, 0, sizeof(*out));
-	if (read_small_file(path, JUICE_SESSION_MAX_FILE, 0, &data, &len, err,
-			    errlen) < 0)
+	if (read_small_file(path, JUICE_SESSION_MAX_FILE, 0, owner, &data, &len,
+			    err, errlen) < 0)
 		return -1;
 
 	nl = memchr(data, '\n', len < JUICE_SESSION_HEADER_MAX ?
@@ -518,4 +556,74 @@ int juice_session_find(const char *dir, uint32_t job_id, uint32_t min_run,
 			 "Juice GPUs were not made ready for this job (did "
 			 "PrologSlurmctld run juice-prolog.sh?)", job_id, dir);
 	return -1;
+}
+
+int juice_state_enter(const char *dir, struct juice_state_id *id, char *err,
+		      size_t errlen)
+{
+	struct stat st;
+	int prev;
+
+	memset(id, 0, sizeof(*id));
+	if (stat(dir, &st) < 0) {
+		snprintf(err, errlen, "cannot stat the state directory %s: %s",
+			 dir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "the state directory %s is not a "
+			 "directory", dir);
+		return -1;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(err, errlen, "the state directory %s is writable by "
+			 "other users (mode %04o): chmod go-w it", dir,
+			 (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
+	if (st.st_uid == 0) {
+		snprintf(err, errlen, "the state directory %s belongs to root: "
+			 "it must belong to SlurmUser, whose prolog writes it",
+			 dir);
+		return -1;
+	}
+	id->owner = st.st_uid;
+	if (geteuid() != 0)
+		return 0;  /* not root: read with our own identity */
+	/* setfs*id return the previous id; -1 changes nothing and tells it. */
+	id->fsgid = (gid_t)setfsgid((gid_t)-1);
+	id->fsuid = (uid_t)setfsuid((uid_t)-1);
+	setfsgid(st.st_gid);
+	setfsuid(st.st_uid);
+	id->switched = 1;
+	prev = setfsuid((uid_t)-1);
+	if ((uid_t)prev != st.st_uid ||
+	    (gid_t)setfsgid((gid_t)-1) != st.st_gid) {
+		char ignore[16];
+		juice_state_leave(id, ignore, sizeof(ignore));
+		snprintf(err, errlen, "cannot take the file-system identity of "
+			 "the state directory's owner (uid %u gid %u)",
+			 (unsigned)st.st_uid, (unsigned)st.st_gid);
+		return -1;
+	}
+	return 0;
+}
+
+int juice_state_leave(struct juice_state_id *id, char *err, size_t errlen)
+{
+	if (!id->switched)
+		return 0;
+	/* Back to root's fsuid, which gives back root's file capabilities (the
+	 * switch to another fsuid cleared them from the effective set). */
+	setfsuid(id->fsuid);
+	setfsgid(id->fsgid);
+	id->switched = 0;
+	if ((uid_t)setfsuid((uid_t)-1) != id->fsuid ||
+	    (gid_t)setfsgid((gid_t)-1) != id->fsgid) {
+		snprintf(err, errlen, "cannot take back the file-system "
+			 "identity uid %u gid %u", (unsigned)id->fsuid,
+			 (unsigned)id->fsgid);
+		return -1;
+	}
+	return 0;
 }

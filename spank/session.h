@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "args.h"
 
@@ -54,6 +55,39 @@ int juice_key_load(const char *path, int strict,
 int juice_session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
 		       const char *cluster, uint32_t job_id, long run,
 		       struct juice_env *out, char *err, size_t errlen);
+
+/*
+ * As juice_session_open, and the file must belong to owner and be writable
+ * by its owner only (mode & 022 == 0): the state directory's owner, the
+ * SlurmUser whose prolog writes the files (juice_state_enter).
+ */
+int juice_session_open_owned(const char *path,
+			     const unsigned char key[JUICE_KEY_LEN],
+			     const char *cluster, uint32_t job_id, long run,
+			     uid_t owner, struct juice_env *out, char *err,
+			     size_t errlen);
+
+/*
+ * The state directory is shared between the compute nodes, often over NFS,
+ * whose exports squash root by default: root on a compute node may then not
+ * read the SlurmUser's 0700 directory and 0600 files.  Their owner may.  So
+ * the directory is read with its owner's file-system identity:
+ * juice_state_enter checks the directory (a directory, owned by a user other
+ * than root, writable by its owner only) and, when the caller runs as root,
+ * switches this thread's fsuid and fsgid to the owner's (setfsuid/setfsgid:
+ * nothing else of the process changes); juice_state_leave switches back.
+ * Both verify the switch.  Returns 0, or -1 with err (then nothing is
+ * switched).
+ */
+struct juice_state_id {
+	uid_t owner;     /* the state directory's owner */
+	int switched;    /* the fs ids were changed */
+	uid_t fsuid;     /* to restore */
+	gid_t fsgid;
+};
+int juice_state_enter(const char *dir, struct juice_state_id *id, char *err,
+		      size_t errlen);
+int juice_state_leave(struct juice_state_id *id, char *err, size_t errlen);
 
 /*
  * Choose the session file of a job in the state directory: the newest

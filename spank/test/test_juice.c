@@ -8,15 +8,22 @@
  *   --missing DIR   a vector directory that should exist: counted as failed
  *
  * Also the plugstack argument parser, the key loader, the session file
- * search and the session's request against the step's options.  Prints one line per failure and a summary "N passed, M failed";
+ * search, the session's request against the step's options, and reading the
+ * state directory with its owner's identity where root is squashed (as root:
+ * root without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, which cannot read
+ * another user's 0600 file, as on an NFS export with root_squash).  Prints one line per failure and a summary "N passed, M failed";
  * exits 1 on any failure.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "args.h"
@@ -811,6 +818,138 @@ static void test_key_and_find(void)
 	}
 }
 
+
+/* Drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from this process: root then
+ * reads files by their modes, as a squashed root does on NFS. */
+static int drop_dac_caps(void)
+{
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+	unsigned i;
+
+	if (syscall(SYS_capget, &h, d) < 0)
+		return -1;
+	for (i = 0; i < 2; i++) {
+		d[i].effective &= ~(CAP_TO_MASK(CAP_DAC_OVERRIDE) |
+				    CAP_TO_MASK(CAP_DAC_READ_SEARCH));
+		d[i].permitted &= ~(CAP_TO_MASK(CAP_DAC_OVERRIDE) |
+				    CAP_TO_MASK(CAP_DAC_READ_SEARCH));
+		d[i].inheritable = 0;
+	}
+	/* Only word 0 holds these two (capabilities 1 and 2). */
+	return (int)syscall(SYS_capset, &h, d);
+}
+
+#define SQUASH_UID 65534  /* stands for SlurmUser: not root, not us */
+#define SQUASH_GID 65534
+
+/* In a child without the two capabilities: the state directory of another
+ * user, mode 0700, and its 0600 session file are out of root's reach, and
+ * juice_state_enter makes them readable, then takes root's identity back. */
+static int state_identity_as_squashed_root(const char *dir)
+{
+	char path[4200], other[4200], err[1024];
+	struct juice_state_id id;
+	struct juice_env env;
+	unsigned char key[JUICE_KEY_LEN] = { 0 };
+	uint32_t run = 99;
+	int fd;
+
+	if (drop_dac_caps() < 0) {
+		CHECK(0, "capset: %s", strerror(errno));
+		return failed;
+	}
+	snprintf(path, sizeof(path), "%s/42.0.session", dir);
+	snprintf(other, sizeof(other), "%s/43.0.session", dir);
+	fd = open(path, O_RDONLY);
+	CHECK(fd < 0 && errno == EACCES, "root without DAC capabilities "
+	      "reads another user's 0600 file: the emulation of root_squash "
+	      "does not hold (%s)", fd < 0 ? strerror(errno) : "opened");
+	if (fd >= 0)
+		close(fd);
+	CHECK(juice_session_find(dir, 42, 0, path, sizeof(path), &run, err,
+				 sizeof(err)) < 0, "the directory is readable "
+	      "without the owner's identity");
+
+	CHECK(juice_state_enter(dir, &id, err, sizeof(err)) == 0 &&
+	      id.switched && id.owner == SQUASH_UID, "enter: %s", err);
+	CHECK(juice_session_find(dir, 42, 0, path, sizeof(path), &run, err,
+				 sizeof(err)) == 0 && run == 0,
+	      "the owner's identity reads the directory: %s", err);
+	/* The file opens and is read: it fails later, on its header. */
+	CHECK(juice_session_open_owned(path, key, "c1", 42, 0, id.owner, &env,
+				       err, sizeof(err)) < 0 &&
+	      strstr(err, "header") && !strstr(err, "cannot open"),
+	      "the owner's identity reads the file: %s", err);
+	CHECK(juice_session_open_owned(other, key, "c1", 43, 0, id.owner, &env,
+				       err, sizeof(err)) < 0 &&
+	      strstr(err, "belongs to uid"), "a file of another owner "
+	      "is refused: %s", err);
+	CHECK(juice_state_leave(&id, err, sizeof(err)) == 0 && !id.switched,
+	      "leave: %s", err);
+	fd = open(path, O_RDONLY);
+	CHECK(fd < 0 && errno == EACCES, "after leave the file is still "
+	      "readable: the owner's identity was kept");
+	if (fd >= 0)
+		close(fd);
+	return failed;
+}
+
+static void test_state_identity(void)
+{
+	char dir[] = "/tmp/juice-spank-state.XXXXXX", path[4200], err[1024];
+	struct juice_state_id id;
+	pid_t pid;
+	int status, before = failed;
+
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	chmod(dir, 0770);
+	CHECK(juice_state_enter(dir, &id, err, sizeof(err)) < 0 &&
+	      strstr(err, "writable by other users"),
+	      "a group-writable state directory is refused: %s", err);
+	chmod(dir, 0700);
+	if (geteuid() != 0) {
+		CHECK(juice_state_enter(dir, &id, err, sizeof(err)) == 0 &&
+		      !id.switched && id.owner == getuid(),
+		      "not root: no switch: %s", err);
+		CHECK(juice_state_leave(&id, err, sizeof(err)) == 0, "leave");
+		printf("NOTE: not root: reading as the state directory's owner "
+		       "under a squashed root is tested as root only\n");
+		rmdir(dir);
+		return;
+	}
+	CHECK(juice_state_enter(dir, &id, err, sizeof(err)) < 0 &&
+	      strstr(err, "belongs to root"), "a root-owned state directory "
+	      "is refused: %s", err);
+	snprintf(path, sizeof(path), "%s/42.0.session", dir);
+	write_file(path, "not a session\n", 0600);
+	CHECK(chown(path, SQUASH_UID, SQUASH_GID) == 0, "chown");
+	/* Another user's, readable by all: read, and refused for its owner. */
+	snprintf(path, sizeof(path), "%s/43.0.session", dir);
+	write_file(path, "not a session\n", 0644);
+	CHECK(chown(path, SQUASH_UID - 1, SQUASH_GID) == 0, "chown");
+	CHECK(chown(dir, SQUASH_UID, SQUASH_GID) == 0, "chown");
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		failed = 0;
+		int rc = state_identity_as_squashed_root(dir) ? 1 : 0;
+		fflush(stdout);
+		_exit(rc);
+	}
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+	      WEXITSTATUS(status) == 0, "reading the state directory as its "
+	      "owner under a squashed root (failures above)");
+	{
+		char cmd[4200];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		CHECK(system(cmd) == 0, "cleanup");
+	}
+	if (failed == before)
+		printf("ok: state directory read as its owner by root without "
+		       "CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH\n");
+}
+
 static void test_header(void)
 {
 	char c[64], err[256];
@@ -870,6 +1009,7 @@ int main(int argc, char **argv)
 	test_quote();
 	test_header();
 	test_key_and_find();
+	test_state_identity();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }
