@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -35,6 +36,7 @@ type hookOpts struct {
 	url, secretFile, stateDir, logFile, caFile *string
 	prologWait, epilogWait                     *time.Duration
 	trustComment                               *bool
+	scontrol                                   *string
 }
 
 func hookFlags(fs *flag.FlagSet) *hookOpts {
@@ -47,6 +49,7 @@ func hookFlags(fs *flag.FlagSet) *hookOpts {
 		epilogWait:   fs.Duration("epilog-wait", 15*time.Second, "how long the epilog waits for the release"),
 		trustComment: fs.Bool("trust-comment", false, "also treat a job whose SLURM_JOB_COMMENT is a Juice request as a Juice job (the controller must trust comments too)"),
 		logFile:      fs.String("hook-log", "", "also append progress to this file (slurmctld 22.05 discards the hooks' output)"),
+		scontrol:     fs.String("scontrol", "/usr/bin/scontrol", "scontrol, to tell the job's user why it got no GPUs (scontrol notify, and the job's comment); empty: tell nobody"),
 	}
 }
 
@@ -66,7 +69,8 @@ func hookMain(ctx context.Context, which string, args []string, getenv func(stri
 	}
 	url, secretFile, stateDir, prologWait, epilogWait, trustComment, logFile := o.url, o.secretFile, o.stateDir,
 		o.prologWait, o.epilogWait, o.trustComment, o.logFile
-	h := &hook{stateDir: *stateDir, out: stderr, exitCode: getenv("SLURM_JOB_EXIT_CODE2"),
+	h := &hook{stateDir: *stateDir, out: stderr, exitCode: getenv("SLURM_JOB_EXIT_CODE2"), scontrol: *o.scontrol,
+		comment: getenv("SLURM_JOB_COMMENT"), request: getenv("SPANK_JUICE_REQUEST"), trustComment: *trustComment,
 		client: &hookapi.Client{URL: *url, Secret: secretfile.New(*secretFile, secretfile.MinLength(16))}}
 	// Pinned: without the certificate the hook sends nothing (a listener that cannot prove it is the controller
 	// never gets the secret).
@@ -116,6 +120,10 @@ type hook struct {
 	run      int
 	exitCode string    // the epilog's SLURM_JOB_EXIT_CODE2
 	out, log io.Writer // stderr, and the hook log (or nil)
+	// scontrol tells the job's user why the prolog failed (empty: nobody is told); comment is the job's comment
+	// (SLURM_JOB_COMMENT), request the plugin's request (for display only: the controller trusts admin_comment).
+	scontrol, comment, request string
+	trustComment               bool
 }
 
 // fromEnv reads which run this is from slurmctld's environment, and whether the job asked for Juice at all. The
@@ -166,11 +174,14 @@ func (h *hook) prolog(ctx context.Context, wait time.Duration) error {
 	start := time.Now()
 	deadline := start.Add(wait)
 	h.say("waiting up to %s for the Juice session", wait)
+	// last is what the user is told when the wait runs out: the last thing the controller said, or why it could
+	// not be asked.
+	last := "the juice-slurm controller did not answer"
 	for failures := 0; ; {
 		left := time.Until(deadline)
 		if left <= 0 {
 			h.say("no session within %s; failing the prolog so that Slurm requeues the job", wait)
-			return exitCode(1)
+			return h.fail(ctx, fmt.Sprintf("no GPUs within %s: %s", wait, last))
 		}
 		rep, err := h.client.Prolog(ctx, hookapi.PrologRequest{Cluster: h.cluster, JobID: h.job, Run: h.run,
 			WaitSeconds: min(left, callWait).Seconds()})
@@ -181,9 +192,10 @@ func (h *hook) prolog(ctx context.Context, wait time.Duration) error {
 			// Asking again cannot help (a wrong secret, a request the controller refuses): fail now, not at the
 			// deadline with the job held CONFIGURING meanwhile.
 			h.say("hook API refused the call: %v", err)
-			return exitCode(1)
+			return h.fail(ctx, fmt.Sprintf("the juice-slurm controller refused the job: %v", err))
 		case err != nil:
 			h.say("hook API: %v (retrying, %s of %s)", err, time.Since(start).Round(time.Second), wait)
+			last = fmt.Sprintf("the juice-slurm controller is unreachable (%v)", err)
 			_ = backoff.SleepFor(ctx, min(retry.Delay(failures), time.Until(deadline)))
 			failures++
 			continue
@@ -196,14 +208,19 @@ func (h *hook) prolog(ctx context.Context, wait time.Duration) error {
 				return exitCode(1)
 			}
 			h.say("session ready after %s", time.Since(start).Round(time.Millisecond))
+			h.clearReason(ctx)
 			return nil
 		case hookapi.OutcomeFailed:
 			h.say("cannot be served: %s", rep.Reason)
-			return exitCode(1)
+			return h.fail(ctx, "cannot get GPUs: "+rep.Reason)
 		case hookapi.OutcomeNone:
 			return nil
 		default:
 			h.say("still waiting (%s: %s), %s of %s", rep.State, rep.Reason, time.Since(start).Round(time.Second), wait)
+			last = rep.Reason
+			if rep.State == "waiting" {
+				last += " (the pool has no free GPU that fits)"
+			}
 		}
 	}
 }
@@ -258,4 +275,60 @@ func (h *hook) removeSession() {
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		h.say("cannot remove %s: %v", p, err)
 	}
+}
+
+// reasonPrefix starts every reason the hook writes into a job's comment. A request starts "juice:v1:", so a
+// reason is never taken for one.
+const reasonPrefix = "juice: "
+
+// fail tells the job's user why its prolog fails, then fails it: `scontrol notify` prints the line on the
+// terminal of a waiting srun or salloc (slurmctld's own message says only "PrologSlurmctld failed"), and the job's
+// comment keeps it where `scontrol show job` and `squeue -o %k` show it while a requeued batch job waits.
+func (h *hook) fail(ctx context.Context, reason string) error {
+	msg := reasonPrefix + sanitize(reason)
+	if len(msg) > 1000 {
+		msg = msg[:1000]
+	}
+	h.scontrolRun(ctx, "notify", strconv.FormatUint(uint64(h.job), 10), msg)
+	if h.mayWriteComment() {
+		h.scontrolRun(ctx, "update", "jobid="+strconv.FormatUint(uint64(h.job), 10), "comment="+msg)
+	}
+	return exitCode(1)
+}
+
+// clearReason puts the request back into a comment that holds an earlier run's failure, once a run is served.
+func (h *hook) clearReason(ctx context.Context) {
+	if strings.HasPrefix(h.comment, reasonPrefix) && h.mayWriteComment() && !strings.ContainsAny(h.request, "\n\r") {
+		h.scontrolRun(ctx, "update", "jobid="+strconv.FormatUint(uint64(h.job), 10), "comment="+h.request)
+	}
+}
+
+// mayWriteComment: only a comment that job_submit.lua filled (the request), or an earlier reason of ours, is
+// replaced; never the user's own words, and never when the controller trusts comments (there the comment is the
+// request).
+func (h *hook) mayWriteComment() bool {
+	return !h.trustComment && (h.comment == "" || strings.HasPrefix(h.comment, "juice:"))
+}
+
+// scontrolRun runs scontrol with a bound; a failure is logged, never fatal (the prolog's outcome stands).
+func (h *hook) scontrolRun(ctx context.Context, args ...string) {
+	if h.scontrol == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, h.scontrol, args...).CombinedOutput()
+	if err != nil {
+		h.say("scontrol %s: %v: %s", args[0], err, strings.TrimSpace(string(out)))
+	}
+}
+
+// sanitize keeps a message on one line of printable text.
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
 }

@@ -70,6 +70,8 @@ type hookWorld struct {
 	stateDir string
 	env      map[string]string
 	stderr   bytes.Buffer
+	// scontrol is the scontrol the hook runs: none unless a test gives one (see fakeScontrol).
+	scontrol string
 }
 
 func newHookWorld(t *testing.T, script ...func(http.ResponseWriter)) *hookWorld {
@@ -90,7 +92,7 @@ func newHookWorld(t *testing.T, script ...func(http.ResponseWriter)) *hookWorld 
 
 func (w *hookWorld) run(which string, extra ...string) error {
 	args := append([]string{"--config=", "--hook-url", w.url, "--hook-ca", w.ca, "--hook-secret", w.secret, "--state-dir", w.stateDir,
-		"--prolog-wait", "2s", "--epilog-wait", "1s"}, extra...)
+		"--prolog-wait", "2s", "--epilog-wait", "1s", "--scontrol", w.scontrol}, extra...)
 	return hookMain(context.Background(), which, args, func(k string) string { return w.env[k] }, &w.stderr)
 }
 
@@ -301,4 +303,80 @@ func TestHookPassesPlainJobsWhenMisconfigured(t *testing.T) {
 	delete(w.env, "SPANK_JUICE_REQUEST")
 	delete(w.env, "SLURM_JOB_ID")
 	require.Equal(t, 0, exitStatus(w.run("prolog")))
+}
+
+// fakeScontrol is an scontrol that appends its arguments, one call a line, to a file.
+func fakeScontrol(t *testing.T) (bin, calls string) {
+	dir := t.TempDir()
+	calls = filepath.Join(dir, "calls")
+	bin = filepath.Join(dir, "scontrol")
+	require.NoError(t, os.WriteFile(bin, []byte("#!/bin/sh\nprintf '%s|' \"$@\" >>"+calls+"\necho >>"+calls+"\n"), 0o755))
+	return bin, calls
+}
+
+func readCalls(t *testing.T, path string) []string {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	require.NoError(t, err)
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+}
+
+// When the prolog fails, the job's user is told why: scontrol notify (srun and salloc print it) and, in place of
+// job_submit.lua's copy of the request, the job's comment (scontrol show job, squeue %k). A user's own comment is
+// never replaced; once a later run is served, the comment holds the request again.
+func TestPrologTellsTheUserWhy(t *testing.T) {
+	bin, calls := fakeScontrol(t)
+	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeFailed, Reason: "unknown pool \"nope\"\nforged"}))
+	w.scontrol = bin
+	w.env["SLURM_JOB_COMMENT"] = "juice:v1:pool=nope,gpus=1"
+	require.Equal(t, 1, exitStatus(w.run("prolog")))
+	msg := `juice: cannot get GPUs: unknown pool "nope" forged`
+	require.Equal(t, []string{"notify|42|" + msg + "|", "update|jobid=42|comment=" + msg + "|"}, readCalls(t, calls))
+
+	// The wait runs out while the pool is full: the reason says so, and for how long.
+	bin, calls = fakeScontrol(t)
+	w = newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting, State: "waiting", Reason: "session s1 queued at the Juice Controller"}))
+	w.scontrol = bin
+	require.Equal(t, 1, exitStatus(w.run("prolog", "--prolog-wait", "300ms")))
+	got := readCalls(t, calls)
+	require.Len(t, got, 2)
+	require.Equal(t, "notify|42|juice: no GPUs within 300ms: session s1 queued at the Juice Controller (the pool has no free GPU that fits)|", got[0])
+
+	// The controller unreachable: said so.
+	bin, calls = fakeScontrol(t)
+	w = newHookWorld(t, status(http.StatusServiceUnavailable, "not ready"))
+	w.scontrol = bin
+	require.Equal(t, 1, exitStatus(w.run("prolog", "--prolog-wait", "300ms")))
+	require.Contains(t, readCalls(t, calls)[0], "notify|42|juice: no GPUs within 300ms: the juice-slurm controller is unreachable")
+
+	// The user's own comment stays; so does every comment when the controller trusts comments.
+	for _, tc := range []struct {
+		comment string
+		extra   []string
+	}{{"my own words", nil}, {"", []string{"--trust-comment"}}} {
+		bin, calls = fakeScontrol(t)
+		w = newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeFailed, Reason: "no"}))
+		w.scontrol = bin
+		w.env["SLURM_JOB_COMMENT"] = tc.comment
+		require.Equal(t, 1, exitStatus(w.run("prolog", tc.extra...)))
+		got := readCalls(t, calls)
+		require.Len(t, got, 1, "only the notify: %v", got)
+		require.True(t, strings.HasPrefix(got[0], "notify|"))
+	}
+
+	// Served after a failed run: the comment is the request again; a served first run changes nothing.
+	bin, calls = fakeScontrol(t)
+	w = newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"}))
+	w.scontrol = bin
+	w.env["SLURM_JOB_COMMENT"] = "juice: no GPUs within 4m0s: ..."
+	require.Equal(t, 0, exitStatus(w.run("prolog")))
+	require.Equal(t, []string{"update|jobid=42|comment=juice:v1:pool=test,gpus=1|"}, readCalls(t, calls))
+	bin, calls = fakeScontrol(t)
+	w = newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"}))
+	w.scontrol = bin
+	w.env["SLURM_JOB_COMMENT"] = "juice:v1:pool=test,gpus=1"
+	require.Equal(t, 0, exitStatus(w.run("prolog")))
+	require.Empty(t, readCalls(t, calls))
 }
