@@ -18,7 +18,7 @@ ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
 .PHONY: all build go-build spank install package test-package demo-installed test unit test-go test-smoke test-spank test-e2e test-compat test-releases testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \
-	juice-legacy-up juice-legacy-down test-juice-legacy test-juice-legacy-smoke test-juice-legacy-loss
+	juice-legacy-up juice-legacy-down test-juice-legacy chaos-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
 all: build
 
@@ -92,8 +92,9 @@ unit:
 
 # Everything CI runs: the test bed comes up first (installing what is missing), then the C and Go suites
 # against the real daemons, the end-to-end suite and a short chaos run on each Slurm release's fully wired
-# cluster (22.05 on the host, 24.11 and 26.05 in chroots), then the REST compatibility runs.
-test: testbed-up build lint test-spank test-go test-smoke test-releases test-compat
+# cluster (22.05 on the host, 24.11 and 26.05 in chroots), the legacy Juice controller as the Juice side (on the
+# host), then the REST compatibility runs.
+test: testbed-up build lint test-spank test-go test-smoke test-releases test-juice-legacy test-compat
 	@echo "make test: all suites passed"
 
 test-spank:
@@ -166,6 +167,12 @@ test-juice-legacy: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && JUICE_E2E_JUICE=legacy $(GO) test -count=1 -timeout 20m -tags e2e -run "$(LEGACY_E2E)" ./test/e2e/'
 	bash test/juicelegacy/legacy.sh down && JUICE_LEGACY_AGENTS=$(CURDIR)/test/juicelegacy/agents-chaos.json bash test/juicelegacy/legacy.sh up
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -juice legacy -jobs 60 -kills 4 -rest-outage 15s'
+	bash test/juicelegacy/legacy.sh down && bash test/juicelegacy/legacy.sh up
+
+# The full chaos run with the legacy controller as the Juice side (as make chaos with juice-sim).
+chaos-legacy: build
+	bash test/juicelegacy/legacy.sh down && JUICE_LEGACY_AGENTS=$(CURDIR)/test/juicelegacy/agents-chaos.json bash test/juicelegacy/legacy.sh up
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -juice legacy -jobs 500 -kills 20 -rest-outage 60s -out test/results/chaos-legacy.md'
 	bash test/juicelegacy/legacy.sh down && bash test/juicelegacy/legacy.sh up
 
 # The agent-loss test waits for the controller's 30 s missing-agent timeout.

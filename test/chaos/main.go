@@ -434,7 +434,7 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 |---|---|
 | jobs | %d (completed: %d, requeued at least once: %d) |
 | reservations (runs) | %d (failed: %d) |
-| simulator sessions | %d (leaked: %d) |
+| sessions at the Juice side | %d (leaked: %d) |
 | runs with two sessions | %d |
 | controller kill -9 | %d (longest restart to healthy: %s) |
 | PostgreSQL restarted | %v |
