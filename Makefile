@@ -16,7 +16,7 @@ export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
-.PHONY: all build go-build spank install package test-package demo-installed test unit test-go test-smoke test-spank test-e2e test-compat test-releases testbed-up testbed-down \
+.PHONY: all build go-build spank install package test-package demo-installed test-failover test unit test-go test-smoke test-spank test-e2e test-compat test-releases testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy chaos-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -94,7 +94,7 @@ unit:
 # against the real daemons, the end-to-end suite and a short chaos run on each Slurm release's fully wired
 # cluster (22.05 on the host, 24.11 and 26.05 in chroots), the legacy Juice controller as the Juice side (on the
 # host), then the REST compatibility runs.
-test: testbed-up build lint test-spank test-go test-smoke test-releases test-juice-legacy test-compat
+test: testbed-up build lint test-spank test-go test-smoke test-failover test-releases test-juice-legacy test-compat
 	@echo "make test: all suites passed"
 
 test-spank:
@@ -109,6 +109,14 @@ test-go:
 # first: another checkout may have wired its own in between.
 test-smoke: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) test -count=1 -tags smoke ./test/smoke/'
+
+# PostgreSQL that fails over: a primary and a streaming standby of their own (test/pgpair.sh, ports 5441/5442),
+# a multi-host URL with target_session_attrs=read-write, and the standby promoted in the middle of a run of jobs
+# (test/failover). FAILOVER_OUT=test/results/failover.md keeps the figures.
+test-failover:
+	bash test/pgpair.sh up
+	JUICE_FAILOVER_RESULT=$(FAILOVER_OUT) $(GO) test -race -count=1 -tags failover -v -run '^TestPromoteTheStandbyMidRun$$' ./test/failover/ \
+		| grep -v '^    [a-z_]*\.go:[0-9]*: [a-z]*: "' ; rc=$${PIPESTATUS[0]}; bash test/pgpair.sh down; exit $$rc
 
 test-e2e: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) test -race -count=1 -timeout 20m -tags e2e ./test/e2e/...'
