@@ -34,11 +34,12 @@ var settingCommands = map[string]func(*flag.FlagSet){
 	"describe":   func(fs *flag.FlagSet) { jobFlags(fs) },
 	"release":    func(fs *flag.FlagSet) { jobFlags(fs) },
 	"version":    func(fs *flag.FlagSet) { versionFlags(fs) },
+	"migrate":    func(fs *flag.FlagSet) { migrateFlags(fs) },
 }
 
 // commandLineOnly are flags about one invocation's output: neither the file nor the environment sets them, so a
 // script that runs `status --json` gets JSON and one that runs `status` gets the table, whatever the host says.
-var commandLineOnly = map[string]bool{"json": true, "all": true, "config": true}
+var commandLineOnly = map[string]bool{"json": true, "all": true, "check": true, "config": true}
 
 // knownSettings is every name the configuration file may hold.
 func knownSettings() map[string]bool {
