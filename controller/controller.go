@@ -145,12 +145,14 @@ type Tuning struct {
 
 // Controller is one replica.
 type Controller struct {
-	Config  Config
-	Store   *store.Store
-	Slurm   Slurm
-	Juice   juiceapi.Client
-	Key     session.KeySource // the cluster key, for sealing session files
-	Secret  *secretfile.File  // the hook secret
+	Config Config
+	Store  *store.Store
+	Slurm  Slurm
+	Juice  juiceapi.Client
+	Key    session.KeySource // the cluster key, for sealing session files
+	Secret *secretfile.File  // the hook secret
+	// Ender requeues or cancels a job whose run lost its session (nil: logged only).
+	Ender   JobEnder
 	Log     logr.Logger
 	Metrics *Metrics
 	// Listener, when set, is used by the hook API instead of listening on HookListen (tests).
@@ -423,7 +425,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 	rc := &reconcile.Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
 		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
 		Liveness: &reconcile.Liveness{Juice: c.Juice, Period: c.Config.ReadyCheck}}
-	ja := &JobActor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics}
+	ja := &JobActor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
 	var wg sync.WaitGroup
 	for i := 0; i < c.Config.Workers; i++ {
 		wg.Add(1)

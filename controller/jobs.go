@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
@@ -21,6 +25,16 @@ type JobActor struct {
 	Slurm   Slurm
 	Log     logr.Logger
 	Metrics *Metrics
+	// Ender requeues and cancels jobs whose run lost its session; nil: such jobs are only logged.
+	Ender JobEnder
+}
+
+// JobEnder ends a job's run for the JobActor: Requeue a batch job, Cancel an interactive one, and tell the
+// job's user why first (Notify: a line on srun's or salloc's terminal).
+type JobEnder interface {
+	Requeue(ctx context.Context, job uint32) error
+	Cancel(ctx context.Context, job uint32) error
+	Notify(ctx context.Context, job uint32, msg string) error
 }
 
 // Act decides for one reservation and acts.
@@ -40,6 +54,106 @@ func (a *JobActor) Act(ctx context.Context, id uuid.UUID) error {
 			return fmt.Errorf("let job %d begin now: %w", r.Run.JobID, err)
 		}
 		a.Log.Info("requeued run has its session: letting it begin now", "job", r.Run.JobID, "run", r.Run.Run)
+	case reconcile.JobLostSession:
+		return a.lostSession(ctx, &r)
+	}
+	return nil
+}
+
+// lostSession requeues or cancels a job whose run lost its session, once: only while Slurm still runs that very
+// run (after a requeue the job has a new run, and an ended job needs nothing).
+func (a *JobActor) lostSession(ctx context.Context, r *reconcile.Reservation) error {
+	log := a.Log.WithValues("job", r.Run.JobID, "run", r.Run.Run)
+	j, err := a.Slurm.GetJob(ctx, r.Run.JobID)
+	a.Metrics.observeSlurm("get_job", err)
+	if errors.Is(err, slurmrest.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read job %d whose session was lost: %w", r.Run.JobID, err)
+	}
+	if j.Run != r.Run.Run || j.State != slurmrest.StateRunning && j.State != slurmrest.StateConfiguring && j.State != slurmrest.StateSuspended {
+		return nil
+	}
+	if a.Ender == nil {
+		log.Info("the run lost its session but nothing here can requeue or cancel jobs", "reason", r.Status.FailReason)
+		return nil
+	}
+	why := "juice: the job's GPUs are gone: " + sanitizeLine(r.Status.FailReason)
+	action := reconcile.LostSessionAction(j.Batch)
+	switch action {
+	case reconcile.JobRequeue:
+		why += "; the job is requeued for a new session"
+	case reconcile.JobCancel:
+		why += "; the job is cancelled"
+	}
+	if len(why) > 1000 {
+		why = why[:1000]
+	}
+	// The reason where scontrol show job and squeue %k show it: in place of job_submit.lua's copy of the request
+	// (never the user's own comment, never a comment that is the trusted request).
+	if j.AdminComment != "" && (j.Comment == "" || strings.HasPrefix(j.Comment, "juice:")) {
+		err := a.Slurm.UpdateJob(ctx, j.ID, slurmrest.JobUpdate{Comment: &why})
+		a.Metrics.observeSlurm("update_job", err)
+		if err != nil {
+			log.Info("cannot write the reason into the job's comment", "error", err.Error())
+		}
+	}
+	if err := a.Ender.Notify(ctx, j.ID, why); err != nil {
+		log.Info("cannot tell the job's user", "error", err.Error())
+	}
+	switch action {
+	case reconcile.JobRequeue:
+		err = a.Ender.Requeue(ctx, j.ID)
+	default:
+		err = a.Ender.Cancel(ctx, j.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("%s job %d after its session was lost: %w", action, j.ID, err)
+	}
+	log.Info("the run lost its session", "action", action.String(), "reason", r.Status.FailReason)
+	return nil
+}
+
+// sanitizeLine keeps a reason on one line of printable text.
+func sanitizeLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// SlurmEnder is the JobEnder of a running controller: slurmrestd where it can (cancel; requeue on API v0.0.45),
+// scontrol for the rest (requeue before v0.0.45, notify), as the controller's own user.
+type SlurmEnder struct {
+	Rest     *slurmrest.Client
+	Scontrol string // path of scontrol; empty: no requeue before v0.0.45, no notify
+}
+
+func (e *SlurmEnder) Requeue(ctx context.Context, job uint32) error {
+	if ok, err := e.Rest.CanRequeue(ctx); err == nil && ok {
+		return e.Rest.RequeueJob(ctx, job)
+	}
+	return e.scontrol(ctx, "requeue", strconv.FormatUint(uint64(job), 10))
+}
+
+func (e *SlurmEnder) Cancel(ctx context.Context, job uint32) error { return e.Rest.CancelJob(ctx, job) }
+
+func (e *SlurmEnder) Notify(ctx context.Context, job uint32, msg string) error {
+	return e.scontrol(ctx, "notify", strconv.FormatUint(uint64(job), 10), msg)
+}
+
+func (e *SlurmEnder) scontrol(ctx context.Context, args ...string) error {
+	if e.Scontrol == "" {
+		return fmt.Errorf("scontrol %s: no scontrol configured (--scontrol)", args[0])
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, e.Scontrol, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("scontrol %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -8,12 +8,25 @@ const (
 	JobLeaveAlone JobAction = iota
 	// JobBeginNow: a requeued run waits out Slurm's requeue delay although its session is ready; let it begin.
 	JobBeginNow
+	// JobLostSession: the run lost its session while its job runs (the Juice Controller closed it: its agent
+	// died). No job keeps running without the GPUs it asked for: LostSessionAction says what becomes of it.
+	JobLostSession
+	// JobRequeue: requeue the (batch) job: its next run gets a new session.
+	JobRequeue
+	// JobCancel: cancel the (interactive) job, saying why.
+	JobCancel
 )
 
 func (a JobAction) String() string {
 	switch a {
 	case JobBeginNow:
 		return "begin now"
+	case JobLostSession:
+		return "lost session"
+	case JobRequeue:
+		return "requeue"
+	case JobCancel:
+		return "cancel"
 	}
 	return "leave alone"
 }
@@ -24,5 +37,27 @@ func DecideJob(r *Reservation) JobAction {
 	if r.Status.State == StateReady && r.Spec.Wanted && WaitsOutRequeueDelay(r.Run.Run, r.Spec.JobState, r.Spec.JobReason) {
 		return JobBeginNow
 	}
+	if LostUnderJob(r) {
+		return JobLostSession
+	}
 	return JobLeaveAlone
+}
+
+// activeJobStates are the job states in which a run uses its session.
+var activeJobStates = map[string]bool{"CONFIGURING": true, "RUNNING": true, "SUSPENDED": true}
+
+// LostUnderJob reports whether a run that was served (its session was ready) failed while its job, as last seen,
+// still runs and nobody let the run go: its session was closed under it by the Juice Controller.
+func LostUnderJob(r *Reservation) bool {
+	return r.Status.State == StateFailed && !r.Status.ReadyAt.IsZero() && r.Spec.Wanted && !r.Spec.RunOver &&
+		activeJobStates[r.Spec.JobState]
+}
+
+// LostSessionAction is what becomes of a job whose run lost its session: a batch job is requeued, so that its
+// next run gets a new session; an interactive job (srun, salloc) cannot be, and is cancelled with a reason.
+func LostSessionAction(batch bool) JobAction {
+	if batch {
+		return JobRequeue
+	}
+	return JobCancel
 }

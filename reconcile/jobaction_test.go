@@ -1,6 +1,9 @@
 package reconcile
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestDecideJob(t *testing.T) {
 	r := func(run int, state State, wanted bool, jobState, reason string) *Reservation {
@@ -22,5 +25,42 @@ func TestDecideJob(t *testing.T) {
 		if got := DecideJob(tc.r); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A served run that failed (its session closed under it) while its job still runs: the job is requeued (batch)
+// or cancelled (interactive). Not a run that failed before it was served (its prolog fails on its own), nor one
+// whose job ended or that was let go.
+func TestDecideJobLostSession(t *testing.T) {
+	lost := func(mod func(r *Reservation)) *Reservation {
+		r := &Reservation{Run: RunID{"c", 1, 0}, Status: Status{State: StateFailed, ReadyAt: time.Unix(1700000000, 0),
+			FailReason: "lost: session s is on agent a, which is closed"}, Spec: Spec{Wanted: true, JobState: "RUNNING"}}
+		if mod != nil {
+			mod(r)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		r    *Reservation
+		want JobAction
+	}{
+		{"running job lost its session", lost(nil), JobLostSession},
+		{"configuring job", lost(func(r *Reservation) { r.Spec.JobState = "CONFIGURING" }), JobLostSession},
+		{"suspended job", lost(func(r *Reservation) { r.Spec.JobState = "SUSPENDED" }), JobLostSession},
+		{"never served", lost(func(r *Reservation) { r.Status.ReadyAt = time.Time{} }), JobLeaveAlone},
+		{"job completing", lost(func(r *Reservation) { r.Spec.JobState = "COMPLETING" }), JobLeaveAlone},
+		{"job pending (requeued)", lost(func(r *Reservation) { r.Spec.JobState = "PENDING" }), JobLeaveAlone},
+		{"let go", lost(func(r *Reservation) { r.Spec.Wanted = false }), JobLeaveAlone},
+		{"run over", lost(func(r *Reservation) { r.Spec.RunOver = true }), JobLeaveAlone},
+		{"released, not failed", lost(func(r *Reservation) { r.Status.State = StateReleased }), JobLeaveAlone},
+		{"still releasing", lost(func(r *Reservation) { r.Status.State = StateReleasing }), JobLeaveAlone},
+	} {
+		if got := DecideJob(tc.r); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	if LostSessionAction(true) != JobRequeue || LostSessionAction(false) != JobCancel {
+		t.Errorf("batch -> requeue, interactive -> cancel")
 	}
 }
