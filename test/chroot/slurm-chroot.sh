@@ -674,6 +674,10 @@ services() {
 	psql "$pg" -qtAc "SELECT 1 FROM pg_database WHERE datname='$dbname'" | grep -q 1 || psql "$pg" -qc "CREATE DATABASE $dbname"
 	# The same server and credentials, this cluster's database.
 	db=$(sed -E "s#^([^?]*/)[^/?]*([?]|\$)#\1$dbname\2#" <<<"$pg")
+	# The schema, applied as the owner role; the controller and the admin commands use the runtime role.
+	"$REPO/bin/juice-slurm" migrate --config= --database-url "$db" \
+		--runtime-role "$(sed -n 's/^JUICE_TESTBED_PG_RUNTIME_ROLE=//p' "$BASE/env")" >&2
+	db=$(sed -E "s#^([a-z]+://)[^@/]*@#\1$(sed -n 's/^JUICE_TESTBED_PG_RUNTIME_ROLE=//p' "$BASE/env")@#" <<<"$db")
 	echo "$db" >"$RUNDIR/demo-db-url"
 	install -d -m 0755 "$demo"
 	[ -s "$demo/juice.token" ] || (umask 077 && echo "m2m_demo_$(openssl rand -hex 12)" >"$demo/juice.token")
@@ -709,11 +713,12 @@ EOF
 
 # ---- the env file ---------------------------------------------------------------------------------
 write_env() {
-	local w=no port=$HOOK_PORT nodes pg=""
+	local w=no port=$HOOK_PORT nodes pg="" pgrole=""
 	if wired; then w=yes; port=$(wired_hook_port); fi
 	nodes=$(IFS=,; echo "${NODES[*]}")
 	# The host test bed's PostgreSQL, when it is up: end-to-end runs make their own databases in it.
-	[ -f "$BASE/env" ] && pg=$(sed -n 's/^JUICE_TESTBED_PG_URL=//p' "$BASE/env")
+	[ -f "$BASE/env" ] && pg=$(sed -n 's/^JUICE_TESTBED_PG_URL=//p' "$BASE/env") &&
+		pgrole=$(sed -n 's/^JUICE_TESTBED_PG_RUNTIME_ROLE=//p' "$BASE/env")
 	local run_as="chroot $ROOT $JUICE_LIB/juice-run-as"
 	{
 		echo "JUICE_TESTBED_KIND=chroot-$SUITE"
@@ -744,6 +749,8 @@ write_env() {
 		echo "JUICE_TESTBED_HOOK_LOG=$ROOT$JUICE_LOGDIR/hooks.log"
 		echo "JUICE_TESTBED_PLUGSTACK_ENTRY=$ROOT$PLUGSTACK_ENTRY"
 		[ -n "$pg" ] && echo "JUICE_TESTBED_PG_URL=$pg"
+		# The controller runs as the runtime role; the suites migrate as the owner (PG_URL's user).
+		[ -n "$pgrole" ] && echo "JUICE_TESTBED_PG_RUNTIME_ROLE=$pgrole"
 		[ -f "$RUNDIR/demo-db-url" ] && echo "JUICE_TESTBED_DEMO_DB_URL=$(cat "$RUNDIR/demo-db-url")"
 	} >"$ENVFILE.tmp"
 	chmod 644 "$ENVFILE.tmp"
