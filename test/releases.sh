@@ -14,6 +14,11 @@
 # chroot runs leave PostgreSQL alone: -restart-postgres=false). Each cluster is held under its own lock while a
 # run uses it: the host's $BASE/host.lock (as the Makefile's ON_HOST), $BASE/chroot-SUITE.lock for a chroot.
 # Logs: $BASE/releases/STAMP-RELEASE-{e2e,chaos,wire}.log. Exit status 0 only when every run passed.
+#
+# TOKEN_RENEWAL=1 (make test-token-renewal, chroot releases only): instead, each cluster's slurmrestd token lives
+# $TOKEN_LIFESPAN seconds (120) and is renewed every $TOKEN_RENEW (40) by deploy/juice-slurm-token-renew, and
+# TestTokenRenewalKeepsPolling (tag tokenrenewal) runs jobs for 10 minutes under it; then the cluster gets its
+# long-lived token back.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,8 +26,15 @@ REPO=$(cd "$HERE/.." && pwd)
 BASE=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
 GO=${GO:-go}
 command -v "$GO" >/dev/null || GO=/usr/local/go/bin/go
-# E2E_RUN: a -test.run pattern (all tests by default); CHAOS_ARGS: the chaos run's size.
+# E2E_RUN: a -test.run pattern (all tests by default); CHAOS_ARGS: the chaos run's size; CHAOS=0: no chaos runs.
 E2E_RUN=${E2E_RUN:-.}
+CHAOS=${CHAOS:-1}
+TOKEN_RENEWAL=${TOKEN_RENEWAL:-0}
+E2E_TAGS=e2e
+if [ "$TOKEN_RENEWAL" = 1 ]; then
+	E2E_TAGS=e2e,tokenrenewal E2E_RUN='^TestTokenRenewalKeepsPolling$' CHAOS=0
+	export JUICE_TESTBED_TOKEN_LIFESPAN=${TOKEN_LIFESPAN:-120} JUICE_TESTBED_TOKEN_RENEW=${TOKEN_RENEW:-40}
+fi
 CHAOS_ARGS=${CHAOS_ARGS:--jobs 60 -kills 4 -rest-outage 15s}
 
 releases=("$@")
@@ -34,6 +46,9 @@ die() { log "error: $*"; exit 1; }
 
 suite_of() { case $1 in 22.05) echo host ;; 24.11) echo trixie ;; 26.05) echo sid ;; *) return 1 ;; esac; }
 for r in "${releases[@]}"; do suite_of "$r" >/dev/null || die "unknown release $r (22.05, 24.11 or 26.05)"; done
+if [ "$TOKEN_RENEWAL" = 1 ]; then
+	for r in "${releases[@]}"; do [ "$r" != 22.05 ] || die "TOKEN_RENEWAL=1: the host's test bed has no renewal loop (24.11 and 26.05 only)"; done
+fi
 envfile_of() { if [ "$1" = host ]; then echo "$BASE/env"; else echo "$BASE/chroot-$1/env"; fi; }
 lock_of() { if [ "$1" = host ]; then echo "$BASE/host.lock"; else echo "$BASE/chroot-$1.lock"; fi; }
 
@@ -47,7 +62,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 log "building the e2e test binary (-race) and the chaos runner"
-(cd "$REPO" && "$GO" test -c -race -tags e2e -o "$tmp/e2e.test" ./test/e2e/ && "$GO" build -o "$tmp/chaos" ./test/chaos/)
+(cd "$REPO" && "$GO" test -c -race -tags "$E2E_TAGS" -o "$tmp/e2e.test" ./test/e2e/ && "$GO" build -o "$tmp/chaos" ./test/chaos/)
 
 # up_and_wire SUITE: bring the cluster up and wire it (under its lock, taken by the caller).
 up_and_wire() {
@@ -71,7 +86,13 @@ e2e() {
 		REPO=$1 suite=$2 envf=$3 bin=$4 run=$5 wirelog=$6
 		up_and_wire "$suite" >"$wirelog" 2>&1 || { echo "up/wire failed, see $wirelog"; exit 1; }
 		cd "$REPO/test/e2e"
-		CI=true JUICE_TESTBED_ENV=$envf "$bin" -test.count=1 -test.timeout 20m -test.v -test.run "$run"
+		rc=0
+		CI=true JUICE_TESTBED_ENV=$envf "$bin" -test.count=1 -test.timeout 20m -test.v -test.run "$run" || rc=$?
+		if [ -n "${JUICE_TESTBED_TOKEN_LIFESPAN:-}" ]; then
+			# Back to the long-lived token, the renewal loop stopped.
+			env -u JUICE_TESTBED_TOKEN_LIFESPAN -u JUICE_TESTBED_TOKEN_RENEW bash "$REPO/test/chroot/slurm-chroot.sh" up "$suite" >>"$wirelog" 2>&1
+		fi
+		exit $rc
 	' _ "$REPO" "$suite" "$envf" "$tmp/e2e.test" "$E2E_RUN" "$LOGS/$stamp-$rel-wire.log" || rc=$?
 	echo $SECONDS >"$tmp/$rel.done" # when this release's run ended (the runs end at different times)
 	return $rc
@@ -105,6 +126,7 @@ for rel in "${releases[@]}"; do
 done
 # The host's chaos run last: it restarts PostgreSQL.
 for rel in $(printf '%s\n' "${releases[@]}" | sort -r); do
+	[ "$CHAOS" = 1 ] || { result[$rel-chaos]="not run (CHAOS=0)"; continue; }
 	log "Slurm $rel: chaos-short (log $LOGS/$stamp-$rel-chaos.log)"
 	t0=$SECONDS
 	if chaos "$rel" >"$LOGS/$stamp-$rel-chaos.log" 2>&1; then
