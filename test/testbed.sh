@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test bed: a real one-node Slurm 22.05 cluster (munged, slurmctld, slurmd, slurmrestd with JWT on
+# The project's test bed: a real two-node Slurm 22.05 cluster (munged, slurmctld, two slurmds, slurmrestd with JWT on
 # 127.0.0.1) and a PostgreSQL cluster run by a non-root user on its own port, on a Debian 12 machine, as root.
 #
 #   test/testbed.sh up       install what is missing, write the configs, start every daemon, wait, write the env file
@@ -24,6 +24,11 @@ PGSOCK=$TB/pg/sock
 PGPORT=${JUICE_TESTBED_PGPORT:-5433}
 REST_PORT=6820
 CLUSTER=juicetest
+# Two compute nodes on this machine: one slurmd each (slurmd -N NAME, its own port, spool, log and pid file), each
+# in a UTS namespace of its own so `hostname` in a job names its node. They share the state directory
+# ($JUICE_SESSIONS) as compute nodes on a shared file system do.
+NODES=(juicetest1 juicetest2)
+declare -A NODE_PORT=([juicetest1]=6818 [juicetest2]=6819)
 PARTITION=debug
 SLURM_USER=slurm
 PG_USER=postgres
@@ -156,13 +161,20 @@ start_munge() {
 	cp /run/munge/munged.pid "$RUN/munged.pid"
 }
 
+SLURM_CONF_CHANGED=0
+
 write_slurm_conf() {
-	local node mem
-	node=$(slurmd -C | head -1 | sed -e 's/ UpTime=.*//')
-	# RealMemory about 90% of what the node has, so slurmd never refuses to register.
+	local hw mem n nodelines=""
+	# slurmd -C prints this machine's node line: keep its hardware words, with our names and ports. Both nodes
+	# describe the same cores (oversubscribed on purpose) and about 90% of the memory, so slurmd never refuses to
+	# register.
+	hw=$(slurmd -C | head -1 | tr ' ' '\n' | grep -E '^(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=' | tr '\n' ' ')
 	mem=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
-	node=$(echo "$node" | sed -e "s/RealMemory=[0-9]*/RealMemory=$mem/")
+	for n in "${NODES[@]}"; do
+		nodelines+="NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$n Port=${NODE_PORT[$n]} ${hw}RealMemory=$mem State=UNKNOWN"$'\n'
+	done
 	install -d -o $SLURM_USER -g $SLURM_USER -m 0755 "$SLURM_STATE" "$SLURM_STATE/state" "$SLURM_STATE/spool" "$LOG/slurm"
+	for n in "${NODES[@]}"; do install -d -o $SLURM_USER -g $SLURM_USER -m 0755 "$SLURM_STATE/spool/$n"; done
 	if [ ! -s "$SLURM_STATE/jwt.key" ]; then
 		head -c 32 /dev/urandom >"$SLURM_STATE/jwt.key"
 	fi
@@ -172,18 +184,18 @@ write_slurm_conf() {
 	local short
 	short=$(hostname -s)
 	cat >"$SLURM_CONF.new" <<EOF
-# Written by juice-slurm's test/testbed.sh: a one-node cluster on loopback.
+# Written by juice-slurm's test/testbed.sh: a two-node cluster on loopback (one slurmd per node, -N NAME).
 ClusterName=$CLUSTER
 SlurmctldHost=$short(127.0.0.1)
 SlurmUser=$SLURM_USER
 SlurmctldPort=6817
-SlurmdPort=6818
 StateSaveLocation=$SLURM_STATE/state
-SlurmdSpoolDir=$SLURM_STATE/spool
+# %n: the node name (slurmd -N), so the two slurmds keep apart.
+SlurmdSpoolDir=$SLURM_STATE/spool/%n
 SlurmctldPidFile=$RUN/slurmctld.pid
-SlurmdPidFile=$RUN/slurmd.pid
+SlurmdPidFile=$RUN/slurmd-%n.pid.slurm
 SlurmctldLogFile=$LOG/slurm/slurmctld.log
-SlurmdLogFile=$LOG/slurm/slurmd.log
+SlurmdLogFile=$LOG/slurm/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 AuthType=auth/munge
@@ -208,13 +220,12 @@ KillWait=5
 # Slow prologs: slurmctld waits for ever unless this is set; the juice prolog's own wait is shorter.
 PrologEpilogTimeout=300
 Include $WIRING_CONF
-$node NodeAddr=127.0.0.1 State=UNKNOWN
-PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+${nodelines}PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
 	if ! cmp -s "$SLURM_CONF.new" "$SLURM_CONF"; then
 		mv "$SLURM_CONF.new" "$SLURM_CONF"
-		# A running slurmctld keeps its old config until told.
-		alive "$RUN/slurmctld.pid" && { log "slurm.conf changed: reconfiguring"; scontrol reconfigure || true; }
+		# Nodes come and go only with a restart of slurmctld and the slurmds (start_slurm does it).
+		SLURM_CONF_CHANGED=1
 	else
 		rm -f "$SLURM_CONF.new"
 	fi
@@ -223,22 +234,51 @@ EOF
 	[ -e /etc/slurm/plugstack.conf ] || echo "include /etc/slurm/plugstack.conf.d/*.conf" >/etc/slurm/plugstack.conf
 }
 
+stop_slurmds() {
+	local n
+	# The one slurmd of the one-node test bed of earlier versions, then ours.
+	stop slurmd
+	for n in "${NODES[@]}"; do stop "slurmd-$n"; done
+}
+
+nodes_ready() { # every node idle, mixed or allocated
+	local out n
+	out=$(sinfo -h -N -o '%N %t') || return 1
+	for n in "${NODES[@]}"; do
+		grep -Eq "^$n (idle|mix|alloc)\$" <<<"$out" || return 1
+	done
+}
+
 start_slurm() {
+	if [ $SLURM_CONF_CHANGED = 1 ] && alive "$RUN/slurmctld.pid"; then
+		log "slurm.conf changed: restarting slurmctld and the slurmds"
+		stop_slurmds
+		stop slurmctld
+	fi
+	SLURM_CONF_CHANGED=0
 	if ! alive "$RUN/slurmctld.pid"; then
 		log "starting slurmctld"
 		slurmctld
 		wait_for slurmctld 30 scontrol ping
 	fi
-	if ! alive "$RUN/slurmd.pid"; then
-		log "starting slurmd"
-		slurmd
-	fi
+	stop slurmd # a one-node test bed's slurmd, started by an earlier version of this script
+	local n
+	for n in "${NODES[@]}"; do
+		alive "$RUN/slurmd-$n.pid" && continue
+		log "starting slurmd $n (port ${NODE_PORT[$n]})"
+		# Foreground (-D) in its own session and UTS namespace; unshare and sh exec, so $! is slurmd's pid.
+		setsid unshare --uts /bin/sh -c 'hostname "$1" && exec slurmd -D -N "$1"' sh "$n" \
+			</dev/null >>"$LOG/slurm/slurmd-$n.out" 2>&1 &
+		echo $! >"$RUN/slurmd-$n.pid"
+	done
 	# A node drained by an earlier run (a failed batch step drains it) would leave every later job pending.
-	if sinfo -h -o %T | grep -Eq 'drain'; then
-		log "resuming the drained node ($(sinfo -h -R -o '%E' | head -1))"
-		scontrol update nodename="$(hostname -s)" state=resume || true
+	local drained
+	drained=$(sinfo -h -N -t drain,drng -o %N | sort -u | paste -sd, -)
+	if [ -n "$drained" ]; then
+		log "resuming drained nodes $drained"
+		scontrol update nodename="$drained" state=resume || true
 	fi
-	wait_for "the node to be idle" 60 sh -c "sinfo -h -o %T | grep -Eq '^(idle|mixed|allocated)'"
+	wait_for "nodes ${NODES[*]}" 60 nodes_ready
 }
 
 refresh_token() {
@@ -361,6 +401,7 @@ JUICE_TESTBED_DIR=$TB
 JUICE_TESTBED_REPO=$REPO
 JUICE_TESTBED_CLUSTER=$CLUSTER
 JUICE_TESTBED_PARTITION=$PARTITION
+JUICE_TESTBED_NODES=$(IFS=,; echo "${NODES[*]}")
 JUICE_TESTBED_SLURM_CONF=$SLURM_CONF
 JUICE_TESTBED_SLURM_USER=$SLURM_USER
 JUICE_TESTBED_SLURMRESTD_URL=http://127.0.0.1:$REST_PORT
@@ -406,7 +447,7 @@ cmd_down() {
 	stop juice-controller
 	stop juice-sim
 	stop slurmrestd
-	stop slurmd
+	stop_slurmds
 	stop slurmctld
 	if alive "$RUN/postgres.pid"; then
 		log "stopping PostgreSQL"
@@ -424,7 +465,7 @@ cmd_down() {
 
 cmd_status() {
 	local n
-	for n in munged slurmctld slurmd slurmrestd postgres juice-sim juice-controller; do
+	for n in munged slurmctld "${NODES[@]/#/slurmd-}" slurmrestd postgres juice-sim juice-controller; do
 		if alive "$RUN/$n.pid"; then echo "$n: running (pid $(cat "$RUN/$n.pid"))"; else echo "$n: stopped"; fi
 	done
 }
@@ -497,7 +538,7 @@ cmd_unwire() {
 # slurmctld reads JobSubmitPlugins and the prolog settings at start; slurmd loads plugstack at each step, but a
 # restart keeps both in one known state.
 restart_slurm() {
-	stop slurmd
+	stop_slurmds
 	stop slurmctld
 	start_slurm
 }
