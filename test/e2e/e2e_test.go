@@ -25,9 +25,17 @@ import (
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
-// sh runs a command of the host with a bound, returning its combined output and exit code.
+// slurmClients are the commands that must be the test bed's own release's (inside a chroot test bed's chroot).
+var slurmClients = map[string]bool{"srun": true, "sbatch": true, "salloc": true, "squeue": true, "scancel": true,
+	"scontrol": true, "sinfo": true, "sacct": true, "sprio": true, "sstat": true}
+
+// sh runs a command with a bound, returning its combined output and exit code: a Slurm client as slurm does,
+// anything else on the host.
 func sh(t *testing.T, within time.Duration, name string, args ...string) (string, int) {
 	t.Helper()
+	if slurmClients[name] {
+		return slurm(t, within, name, args...)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	c := exec.CommandContext(ctx, name, args...)
@@ -41,9 +49,22 @@ func slurm(t *testing.T, within time.Duration, name string, args ...string) (str
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	c := world.env.Command(ctx, name, args...)
+	c := world.env.Command(ctx, name, jobPaths(args)...)
 	c.Dir = os.TempDir()
 	return runBounded(t, ctx, c, within)
+}
+
+// jobPaths names the suite's own files (under world.dir) as jobs see them (testbed.Env.JobPath): the same on the
+// host, inside the chroot for a chroot test bed.
+func jobPaths(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if world.dir != "" && strings.HasPrefix(a, world.dir+"/") {
+			out[i] = world.env.JobPath(a)
+		}
+	}
+	return out
 }
 
 func runBounded(t *testing.T, ctx context.Context, c *exec.Cmd, within time.Duration) (string, int) {
