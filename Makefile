@@ -172,23 +172,27 @@ test-juice-legacy-smoke:
 # juice-slurm against the legacy controller (brought up here): its own tests and the juiceapi contract suite
 # (which juice-sim passes in test-go), then on the wired cluster the e2e cases that apply to it (srun with 2 GPUs, a
 # VRAM slice, cancel while pending, requeue when full) and the short chaos run, with the legacy controller as the
-# Juice side. The chaos run gets a fresh legacy database and agents-chaos.json: agents that read whole answers
+# Juice side. All of it under the host lock, starting from a fresh legacy controller: it exits when PostgreSQL,
+# which it shares with the test bed, is restarted (a chaos run does that), and its agents exit with it.
+# The chaos run gets a fresh legacy database and agents-chaos.json: agents that read whole answers
 # (the real agent exits once its state passes 4 KB, about 8 sessions stacked on one agent) and have room for the
 # VRAM the legacy controller never gives back.
 LEGACY_E2E = ^(TestSrunGetsTwoGPUs|TestSbatchVRAMSliceWritesSessionEnv|TestPendingRequestVisibleAndCancelReleases|TestPoolFullBatchJobIsRequeuedThenServed)$$
 test-juice-legacy: build
-	bash test/juicelegacy/legacy.sh up
-	CI=true $(GO) test -count=1 -tags legacy -run '^(TestLegacy|TestContractLegacy)' ./test/juicelegacy/
-	$(ON_HOST) sh -c 'bash test/testbed.sh wire && JUICE_E2E_JUICE=legacy $(GO) test -count=1 -timeout 20m -tags e2e -run "$(LEGACY_E2E)" ./test/e2e/'
-	bash test/juicelegacy/legacy.sh down && JUICE_LEGACY_AGENTS=$(CURDIR)/test/juicelegacy/agents-chaos.json bash test/juicelegacy/legacy.sh up
-	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -juice legacy -jobs 60 -kills 4 -rest-outage 15s'
-	bash test/juicelegacy/legacy.sh down && bash test/juicelegacy/legacy.sh up
+	$(ON_HOST) sh -c 'set -e; L=test/juicelegacy/legacy.sh; bash $$L down; bash $$L up; \
+		CI=true $(GO) test -count=1 -tags legacy -run "^(TestLegacy|TestContractLegacy)" ./test/juicelegacy/; \
+		bash test/testbed.sh wire; \
+		JUICE_E2E_JUICE=legacy $(GO) test -count=1 -timeout 20m -tags e2e -run "$(LEGACY_E2E)" ./test/e2e/; \
+		bash $$L down; JUICE_LEGACY_AGENTS=$(CURDIR)/test/juicelegacy/agents-chaos.json bash $$L up; \
+		$(GO) run ./test/chaos -juice legacy -jobs 60 -kills 4 -rest-outage 15s; \
+		bash $$L down; bash $$L up'
 
 # The full chaos run with the legacy controller as the Juice side (as make chaos with juice-sim).
 chaos-legacy: build
-	bash test/juicelegacy/legacy.sh down && JUICE_LEGACY_AGENTS=$(CURDIR)/test/juicelegacy/agents-chaos.json bash test/juicelegacy/legacy.sh up
-	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -juice legacy -jobs 500 -kills 20 -rest-outage 60s -out test/results/chaos-legacy.md'
-	bash test/juicelegacy/legacy.sh down && bash test/juicelegacy/legacy.sh up
+	$(ON_HOST) sh -c 'set -e; L=test/juicelegacy/legacy.sh; bash $$L down; \
+		JUICE_LEGACY_AGENTS=$(CURDIR)/test/juicelegacy/agents-chaos.json bash $$L up; bash test/testbed.sh wire; \
+		$(GO) run ./test/chaos -juice legacy -jobs 500 -kills 20 -rest-outage 60s -out test/results/chaos-legacy.md; \
+		bash $$L down; bash $$L up'
 
 # The agent-loss test waits for the controller's 30 s missing-agent timeout.
 test-juice-legacy-loss:
