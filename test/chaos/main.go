@@ -119,7 +119,11 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 	}
 	c := &chaos{env: env, repo: repo, errRate: errRate, latency: latency}
 	simAddr, hookAddr = env.SimAddr(), env.HookAddr()
-	logf("Slurm %s, slurmrestd %s, juice-sim %s, hook API %s", env.Release(), env.SlurmrestdURL(), simAddr, hookAddr)
+	juiceAt := "juice-sim " + simAddr
+	if legacy != nil {
+		juiceAt = "the legacy controller " + legacy.Get("JUICE_LEGACY_URL")
+	}
+	logf("Slurm %s, slurmrestd %s, %s, hook API %s", env.Release(), env.SlurmrestdURL(), juiceAt, hookAddr)
 	if c.dir, err = os.MkdirTemp("", "juice-chaos-"); err != nil {
 		return err
 	}
