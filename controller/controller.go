@@ -42,6 +42,8 @@ import (
 type Config struct {
 	// Cluster is Slurm's ClusterName; runs are keyed by it.
 	Cluster string
+	// Unmunge is the path of unmunge, for POST /v1/mine (a user's own runs); empty: that call is off.
+	Unmunge string
 	// PollInterval is the time between two listings of slurmrestd. Default 2s.
 	PollInterval time.Duration
 	// WaitPoll is how often a queued session is looked at. Default 1s, the legacy controller's tick.
@@ -181,7 +183,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	hub := &notify.Hub{Pool: c.Store.Pool(), Cluster: c.Config.Cluster, Log: c.Log.WithName("notify"), Connect: c.listen}
 	hooks := &HookServer{Store: c.Store, Hub: hub, Jobs: c.Slurm, Secret: c.Secret, Metrics: c.Metrics,
 		Log: c.Log.WithName("hooks"), MaxWait: c.Config.MaxHookWait, TrustComment: c.Config.TrustComment,
-		MaxWaitsPerPeer: c.Config.MaxWaitsPerPeer, Ready: c.ready}
+		MaxWaitsPerPeer: c.Config.MaxWaitsPerPeer, Ready: c.ready, Unmunge: c.Config.Unmunge}
 	ln := c.Listener
 	if ln == nil {
 		var err error

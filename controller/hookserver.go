@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"os/user"
 	"strings"
 	"time"
 
@@ -38,6 +40,8 @@ type HookStore interface {
 	Sealed(ctx context.Context, id uuid.UUID) ([]byte, error)
 	EnsureRun(ctx context.Context, nr reconcile.NewReservation) (reconcile.Reservation, bool, error)
 	UnwantRun(ctx context.Context, run reconcile.RunID, reason string, over bool) (bool, error)
+	ForUser(ctx context.Context, user string, limit int) ([]reconcile.Reservation, error)
+	Events(ctx context.Context, id uuid.UUID) ([]reconcile.Transition, error)
 }
 
 var _ HookStore = (*store.Store)(nil)
@@ -54,6 +58,9 @@ type HookServer struct {
 	Log     logr.Logger
 	// TrustComment: see Poller.TrustComment.
 	TrustComment bool
+	// Unmunge is the path of unmunge, which names the user of a /v1/mine call from its MUNGE credential; empty:
+	// /v1/mine is off.
+	Unmunge string
 	// Ready reports whether the replica can serve (the database answers).
 	Ready func(ctx context.Context) error
 	// Recheck is the fallback re-read of a waited-on row when no notification comes. Default 1s.
@@ -72,6 +79,7 @@ func (a *HookServer) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/prolog", a.count("prolog", a.auth(a.prolog)))
 	mux.HandleFunc("POST /v1/epilog", a.count("epilog", a.auth(a.epilog)))
+	mux.HandleFunc("POST /v1/mine", a.count("mine", a.mine))
 	a.probes(mux)
 	return mux
 }
@@ -348,4 +356,100 @@ func reply(w http.ResponseWriter, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// mineRuns bounds one /v1/mine answer.
+const mineRuns = 50
+
+// mine answers a user's own runs: the caller proves who it is with a MUNGE credential (munge -n, decoded by the
+// local munged: one use only, within its time to live), so a user needs neither the hook secret nor database
+// credentials, and sees only the runs whose job they own.
+func (a *HookServer) mine(w http.ResponseWriter, r *http.Request) {
+	cred, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Munge ")
+	if !ok || a.Unmunge == "" {
+		w.Header().Set("WWW-Authenticate", `Munge realm="juice-slurm"`)
+		http.Error(w, "unauthorized: send a MUNGE credential (munge -n) as 'Authorization: Munge <credential>'", http.StatusUnauthorized)
+		return
+	}
+	// One peer's calls at once are capped as the hooks' are: each costs an unmunge.
+	max := a.MaxWaitsPerPeer
+	if max <= 0 {
+		max = DefaultMaxWaitsPerPeer
+	}
+	p := peerOf(r.Context())
+	if !a.waits.enter(p, max) {
+		a.Metrics.observeHookRefused("waits_per_peer")
+		http.Error(w, fmt.Sprintf("too many calls at once from %s (at most %d): try again", p, max), http.StatusTooManyRequests)
+		return
+	}
+	defer a.waits.leave(p)
+	name, err := a.identify(r.Context(), cred)
+	if err != nil {
+		a.Log.Info("a /v1/mine credential was refused", "error", err.Error())
+		http.Error(w, "unauthorized: "+err.Error(), http.StatusUnauthorized)
+		return
+	}
+	rs, err := a.Store.ForUser(r.Context(), name, mineRuns)
+	if err != nil {
+		a.Log.Error(err, "list a user's runs", "user", name)
+		http.Error(w, "cannot read the runs", http.StatusServiceUnavailable)
+		return
+	}
+	out := hookapi.MineReply{User: name, Runs: []hookapi.RunView{}}
+	for _, res := range rs {
+		v := hookapi.RunView{JobID: res.Run.JobID, Run: res.Run.Run, Request: res.Request.String(), State: string(res.Status.State),
+			Reason: res.Status.Reason, JobState: res.Spec.JobState, Created: res.CreatedAt}
+		ts, err := a.Store.Events(r.Context(), res.ID)
+		if err != nil {
+			a.Log.Error(err, "read a run's events", "job", res.Run.JobID, "run", res.Run.Run)
+			http.Error(w, "cannot read the runs", http.StatusServiceUnavailable)
+			return
+		}
+		for _, t := range ts {
+			v.Events = append(v.Events, hookapi.EventView{At: t.At, From: string(t.From), To: string(t.To), Event: string(t.Event), Reason: t.Reason})
+		}
+		out.Runs = append(out.Runs, v)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// identify decodes a MUNGE credential with unmunge and returns the name of the user who made it. munged refuses
+// a credential it has decoded before, an expired one, and one of another MUNGE key.
+func (a *HookServer) identify(ctx context.Context, cred string) (string, error) {
+	if len(cred) > 4096 || strings.TrimSpace(cred) == "" {
+		return "", errors.New("not a MUNGE credential")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, a.Unmunge)
+	cmd.Stdin = strings.NewReader(strings.TrimSpace(cred) + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("MUNGE refused the credential (%v)", err)
+	}
+	var status, uid string
+	for _, line := range strings.Split(string(out), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "STATUS":
+			status = strings.TrimSpace(v)
+		case "UID":
+			// "root (0)"
+			if i, j := strings.LastIndex(v, "("), strings.LastIndex(v, ")"); i >= 0 && j > i {
+				uid = v[i+1 : j]
+			}
+		}
+	}
+	if !strings.HasPrefix(status, "Success") || uid == "" {
+		return "", fmt.Errorf("MUNGE says %q", status)
+	}
+	u, err := user.LookupId(uid)
+	if err != nil {
+		return "", fmt.Errorf("uid %s: %w", uid, err)
+	}
+	return u.Username, nil
 }

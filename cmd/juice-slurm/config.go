@@ -31,6 +31,7 @@ var settingCommands = map[string]func(*flag.FlagSet){
 	"controller": func(fs *flag.FlagSet) { controllerFlags(fs) },
 	"hook":       func(fs *flag.FlagSet) { hookFlags(fs) },
 	"status":     func(fs *flag.FlagSet) { statusFlags(fs) },
+	"jobs":       func(fs *flag.FlagSet) { jobsFlags(fs) },
 	"describe":   func(fs *flag.FlagSet) { jobFlags(fs) },
 	"release":    func(fs *flag.FlagSet) { jobFlags(fs) },
 	"version":    func(fs *flag.FlagSet) { versionFlags(fs) },
@@ -39,7 +40,7 @@ var settingCommands = map[string]func(*flag.FlagSet){
 
 // commandLineOnly are flags about one invocation's output: neither the file nor the environment sets them, so a
 // script that runs `status --json` gets JSON and one that runs `status` gets the table, whatever the host says.
-var commandLineOnly = map[string]bool{"json": true, "all": true, "check": true, "config": true}
+var commandLineOnly = map[string]bool{"json": true, "all": true, "check": true, "config": true, "events": true}
 
 // knownSettings is every name the configuration file may hold.
 func knownSettings() map[string]bool {

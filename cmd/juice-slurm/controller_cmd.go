@@ -33,7 +33,7 @@ import (
 // controllerOpts are the controller's settings.
 type controllerOpts struct {
 	cluster, dbURL, restURL, restUser, restToken, restVersion, juiceURL, juiceToken, keyFile, secretFile *string
-	hookListen, holder, policyFile, metricsListen, juicePools, hookCert, hookKey, scontrol               *string
+	hookListen, holder, policyFile, metricsListen, juicePools, hookCert, hookKey, scontrol, unmunge      *string
 	poll, waitPoll, window, leaseTTL, sweep, retention                                                   *time.Duration
 	perPool, perUser, workers                                                                            *int
 	trustComment, juiceIdem                                                                              *bool
@@ -66,6 +66,7 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		perPool:       fs.Int("lookahead-per-pool", reconcile.DefaultLookahead.PerPool, "pending jobs reserved ahead per pool, by Slurm priority (SIGHUP re-reads it)"),
 		window:        fs.Duration("lookahead-window", reconcile.DefaultLookahead.Window, "also reserve pending jobs Slurm expects to start within this time (SIGHUP re-reads it)"),
 		trustComment:  fs.Bool("trust-comment", false, "also read requests from the job comment, which its owner can change (default: admin_comment only)"),
+		unmunge:       fs.String("unmunge", "/usr/bin/unmunge", "unmunge, which names the user of a 'juice-slurm jobs' call from its MUNGE credential; empty: that call is off"),
 		scontrol:      fs.String("scontrol", "/usr/bin/scontrol", "scontrol, to requeue a job whose session was lost (before slurmrestd v0.0.45) and to tell its user why; empty: neither"),
 		leaseTTL:      fs.Duration("lease-ttl", 15*time.Second, "leader lease time to live"),
 		sweep:         fs.Duration("sweep-interval", 5*time.Minute, "how often to cancel sessions that belong to no live run (negative: never; SIGHUP re-reads it)"),
@@ -190,7 +191,7 @@ func runController(ctx context.Context, args []string) error {
 		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
 			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, PerUser: *o.perUser, Window: *o.window}, TrustComment: *o.trustComment,
 			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
-			Policy: limits, HookTLS: hookTLS},
+			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log, Metrics: controller.NewMetrics(st),
 		Ender: &controller.SlurmEnder{Rest: slurm, Scontrol: *o.scontrol},
 	}

@@ -34,6 +34,7 @@ Usage:
   juice-slurm status [flags]              runs by state and pool
   juice-slurm describe job N [flags]      the history of job N's reservations
   juice-slurm release job N [flags]       release job N's sessions now
+  juice-slurm jobs [--events] [flags]     your own Juice jobs' runs and history (for users: MUNGE, no database)
   juice-slurm settings [COMMAND] [flags]  the settings COMMAND (default controller) runs with, and their source
   juice-slurm version [flags]             the binary's version and schema (and the database's)
 
@@ -115,6 +116,8 @@ func run(ctx context.Context, args []string) error {
 		return runHook(ctx, rest[0], rest[1:])
 	case "status":
 		return runStatus(ctx, os.Stdout, rest)
+	case "jobs":
+		return runJobs(ctx, os.Stdout, rest)
 	case "describe", "release":
 		if len(rest) < 2 || rest[0] != "job" {
 			return usageError{fmt.Errorf("usage: juice-slurm %s job N [flags]", cmd)}

@@ -74,6 +74,34 @@ type EpilogReply struct {
 // MaxBody bounds a request body the server reads, and a reply body the client reads.
 const MaxBody = 1 << 20
 
+// MineReply answers POST /v1/mine: the runs of the user a MUNGE credential names, newest first, and nobody
+// else's (juice-slurm jobs).
+type MineReply struct {
+	User string    `json:"user"`
+	Runs []RunView `json:"runs"`
+}
+
+// RunView is one run of a user's Juice job, with its history.
+type RunView struct {
+	JobID    uint32      `json:"job_id"`
+	Run      int         `json:"run"`
+	Request  string      `json:"request"`
+	State    string      `json:"state"`
+	Reason   string      `json:"reason"`
+	JobState string      `json:"job_state"`
+	Created  time.Time   `json:"created"`
+	Events   []EventView `json:"events"`
+}
+
+// EventView is one transition of a run's reservation.
+type EventView struct {
+	At     time.Time `json:"at"`
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Event  string    `json:"event"`
+	Reason string    `json:"reason"`
+}
+
 // Client calls the hook API.
 type Client struct {
 	// URL is the controller's hook API, e.g. http://127.0.0.1:7171, or a comma-separated list of replicas'
@@ -155,6 +183,20 @@ func (c *Client) Epilog(ctx context.Context, in EpilogRequest) (EpilogReply, err
 	return out, err
 }
 
+// Mine lists the runs of the user whose MUNGE credential cred is (made by `munge -n` as that user): no secret
+// and no database credentials, and nobody else's runs. It needs no hook secret; the first replica answers.
+func (c *Client) Mine(ctx context.Context, cred string) (MineReply, error) {
+	var out MineReply
+	urls := c.urls()
+	if len(urls) == 0 {
+		return out, fmt.Errorf("no hook API URL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := c.callOne(ctx, urls[0], "/v1/mine", "Munge "+strings.TrimSpace(cred), []byte("{}"), &out)
+	return out, err
+}
+
 // callSlack is how much longer than the server's wait a call may take: the answer's round trip.
 const callSlack = 5 * time.Second
 
@@ -179,7 +221,7 @@ func (c *Client) call(ctx context.Context, path string, in, out any, waitSeconds
 	var errs []string
 	for i := range urls {
 		n := (first + i) % len(urls)
-		err := c.callOne(ctx, urls[n], path, secret, body, out)
+		err := c.callOne(ctx, urls[n], path, "Bearer "+secret, body, out)
 		if !unavailable(ctx, err) || i == len(urls)-1 {
 			if err == nil || len(errs) == 0 {
 				c.mu.Lock()
@@ -196,12 +238,12 @@ func (c *Client) call(ctx context.Context, path string, in, out any, waitSeconds
 }
 
 // callOne makes the call to one replica.
-func (c *Client) callOne(ctx context.Context, base, path, secret string, body []byte, out any) error {
+func (c *Client) callOne(ctx context.Context, base, path, auth string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+secret)
+	req.Header.Set("Authorization", auth)
 	req.Header.Set("Content-Type", "application/json")
 	if c.TLS != nil && req.URL.Scheme != "https" {
 		return &HTTPError{Path: path, Code: http.StatusBadRequest,

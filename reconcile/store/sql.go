@@ -111,6 +111,9 @@ var (
 	sqlLatestRun = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
 		ORDER BY created_at DESC, id DESC LIMIT 1`
 	sqlByJob = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 ORDER BY run, created_at`
+	// A user's runs, newest first, at most $3 (juice-slurm jobs, through the hook API).
+	sqlByUser = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND user_name = $2
+		ORDER BY created_at DESC LIMIT $3`
 	sqlOpen  = `SELECT ` + columns + ` FROM juice_reservations
 		WHERE cluster = $1 AND state NOT IN ('released', 'failed') ORDER BY created_at`
 	// Runs of the given jobs that will never be reserved again: their reservation is final and still blocks.

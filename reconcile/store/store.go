@@ -375,6 +375,15 @@ func (s *Store) ForJob(ctx context.Context, jobID uint32) ([]reconcile.Reservati
 	return rs, nil
 }
 
+// ForUser lists one user's reservations, newest first, at most limit.
+func (s *Store) ForUser(ctx context.Context, user string, limit int) ([]reconcile.Reservation, error) {
+	rs, err := scanAll(s.pool.Query(ctx, sqlByUser, s.cluster, user, limit))
+	if err != nil {
+		return nil, fmt.Errorf("reservations of user %q: %w", user, err)
+	}
+	return rs, nil
+}
+
 // Open lists the reservations that are not final, oldest first.
 func (s *Store) Open(ctx context.Context) ([]reconcile.Reservation, error) {
 	rs, err := scanAll(s.pool.Query(ctx, sqlOpen, s.cluster))
