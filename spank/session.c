@@ -64,10 +64,11 @@ static int read_small_file(const char *path, size_t max, int strict,
 			 "%04o)", path, (unsigned)(st.st_mode & 07777));
 		goto fail;
 	}
-	if (strict && (st.st_mode & S_IRWXO)) {
+	if (strict && (st.st_mode & (S_IRWXG | S_IRWXO))) {
 		snprintf(err, errlen,
-			 "%s is accessible to other users (mode %04o): "
-			 "chmod o-rwx it", path, (unsigned)(st.st_mode & 07777));
+			 "%s is accessible to the group or other users "
+			 "(mode %04o): chmod 0600 it", path,
+			 (unsigned)(st.st_mode & 07777));
 		goto fail;
 	}
 	if (st.st_size < 0 || (size_t)st.st_size > max) {

@@ -754,6 +754,10 @@ static void test_key_and_find(void)
 	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0 &&
 	      strstr(err, "other users"), "world-readable key refused: %s",
 	      err);
+	/* F8: a group-readable key is refused too. */
+	chmod(path, 0640);
+	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0 &&
+	      strstr(err, "group"), "group-readable key refused: %s", err);
 	CHECK(juice_key_load(path, 0, key, err, sizeof(err)) == 0,
 	      "key with newline, upper case: %s", err);
 	write_file(path, "0001020304\n", 0600);
