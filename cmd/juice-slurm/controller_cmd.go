@@ -203,10 +203,37 @@ func runController(ctx context.Context, args []string) error {
 	})
 	juiceTok := secretfile.New(*o.juiceToken, nil)
 	c.Metrics.WatchTokenExpiry("juice", juiceTok.Value)
+	// Say at start-up when the slurmrestd token runs out: one that is not renewed stops every poll then.
+	if tok, err := tokens.Token(ctx); err == nil {
+		if warn, msg, kv := tokenExpiryNote(tok, time.Now()); warn {
+			log.Info("WARNING: "+msg, kv...)
+		} else if msg != "" {
+			log.Info(msg, kv...)
+		}
+	}
 	was := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) { was[f.Name] = f.Value.String() })
 	go retuneOnHangup(ctx, hup, c, args, was, level, log)
 	return c.Run(ctx)
+}
+
+// tokenExpiryNote says when a slurmrestd token expires: warn for one that has expired or expires within the hour
+// (a renewal every 8 hours for a day's lifespan leaves 16 hours at worst). msg is "" for a token without an
+// expiry.
+func tokenExpiryNote(tok string, now time.Time) (warn bool, msg string, kv []any) {
+	exp, ok := controller.JWTExpiry(tok)
+	if !ok {
+		return false, "", nil
+	}
+	left := exp.Sub(now).Round(time.Second)
+	kv = []any{"expires", exp.UTC().Format(time.RFC3339), "in", left.String()}
+	switch {
+	case left <= 0:
+		return true, "the slurmrestd token has expired: every poll fails until the token file is renewed (deploy/juice-slurm-token-renew)", kv
+	case left < time.Hour:
+		return true, "the slurmrestd token expires within the hour: renew the token file (deploy/juice-slurm-token-renew) or every poll fails then", kv
+	}
+	return false, "slurmrestd token", kv
 }
 
 // onRetune is told of every retune (tests).

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -102,5 +105,29 @@ func TestSighupRetunesAndNeverStops(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the controller did not stop within 10s of its context")
+	}
+}
+
+func TestTokenExpiryNote(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	jwt := func(exp int64) string {
+		payload := base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"exp":%d,"sun":"slurm"}`, exp)))
+		return "eyJhbGciOiJIUzI1NiJ9." + payload + ".c2ln"
+	}
+	for _, tc := range []struct {
+		name string
+		tok  string
+		warn bool
+		msg  string
+	}{
+		{"expired", jwt(now.Add(-time.Minute).Unix()), true, "has expired"},
+		{"within the hour", jwt(now.Add(59 * time.Minute).Unix()), true, "within the hour"},
+		{"a day left", jwt(now.Add(24 * time.Hour).Unix()), false, "slurmrestd token"},
+		{"not a JWT", "m2m_token", false, ""},
+	} {
+		warn, msg, _ := tokenExpiryNote(tc.tok, now)
+		if warn != tc.warn || !strings.Contains(msg, tc.msg) || (tc.msg == "" && msg != "") {
+			t.Errorf("%s: warn %v, %q; want warn %v and %q", tc.name, warn, msg, tc.warn, tc.msg)
+		}
 	}
 }
