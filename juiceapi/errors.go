@@ -22,9 +22,9 @@ var (
 	// ErrUnavailable: the controller could not be reached or kept failing (5xx, timeouts, dropped
 	// connections) within the retry budget. The caller may try again later.
 	ErrUnavailable = errors.New("juice: controller unavailable")
-	// ErrNotYet: the session cannot be cancelled yet: it is assigned but its agent has not taken it (or, read
-	// back empty, it may be being assigned right now). The legacy controller marks such a session canceling, the
-	// agent meets a cancel of a session it does not hold, and exits. Cancel again once it is active.
+	// ErrNotYet: the session cannot be cancelled yet: it is assigned but its agent may not have taken it. The
+	// legacy controller marks such a session canceling, the agent meets a cancel of a session it does not hold,
+	// and exits. Cancel again once it is active.
 	ErrNotYet = errors.New("juice: not yet")
 	// ErrUnexpected: an answer the client does not understand (an HTTP status outside the model, a
 	// body that does not parse). Not retried: usually a wrong base URL or a proxy in the way.

@@ -239,11 +239,12 @@ func (c *HTTPClient) CancelSession(ctx context.Context, id string) error {
 		if s.Ended() {
 			return nil
 		}
-		// Only a session its agent holds is cancelled (or one the controller reports queued, which no agent has).
-		// An assigned one may not be on its agent yet, and a session read back empty is the legacy controller's
-		// queued one that its scheduler may be assigning at this moment: cancelling either can reach the agent as a
-		// cancel of a session it never took, and the real agent exits on that (seen in the legacy chaos run).
-		if s.State == StateAssigned || s.ID == "" || s.State == "" {
+		// An assigned session may not be on its agent yet: cancelling it reaches the agent as a cancel of a session
+		// it never took, and the real agent exits on that (seen in the legacy chaos run). So it is cancelled once
+		// active. A queued one (the legacy controller reads it back empty) is cancelled at once: no agent has it,
+		// and left queued it would take capacity once placed (the legacy controller never gives VRAM back). What
+		// remains is the scheduler assigning it between this read and the DELETE, a window of one round trip.
+		if s.State == StateAssigned {
 			return &APIError{Method: http.MethodDelete, Path: "/v1/session/" + id, Kind: ErrNotYet,
 				Message: fmt.Sprintf("session %s is %s: cancelled once its agent has taken it", id, orEmpty(s.State))}
 		}
