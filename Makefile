@@ -16,7 +16,7 @@ export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
-.PHONY: all build go-build spank install package test-package demo-installed test-failover test unit test-go test-smoke test-spank test-e2e test-compat test-releases test-token-renewal testbed-up testbed-down \
+.PHONY: all build go-build spank install package test-package demo-installed test-failover chaos-failover test unit test-go test-smoke test-spank test-e2e test-compat test-releases test-token-renewal testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy chaos-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -203,6 +203,12 @@ bench: build
 
 chaos: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s -out test/results/chaos.md'
+
+# The short chaos run on a PostgreSQL that fails over (test/pgpair.sh): instead of a restart of PostgreSQL, the
+# standby is promoted and the primary stopped after the second kill. CHAOS_OUT=file keeps the figures.
+chaos-failover: build
+	$(ON_HOST) bash -c 'bash test/testbed.sh wire && bash test/pgpair.sh up && { $(GO) run ./test/chaos -jobs 60 -kills 4 \
+		-rest-outage 15s -pg-failover $(if $(CHAOS_OUT),-out $(CHAOS_OUT)); rc=$$?; bash test/pgpair.sh down; exit $$rc; }'
 
 chaos-short: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -jobs 60 -kills 4 -rest-outage 15s'

@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
@@ -46,6 +47,10 @@ const simToken = "m2m_chaos_token_not_secret"
 var simAddr, hookAddr string
 
 var restartPG bool
+
+// pgFailover: the database is on test/pgpair.sh's primary and standby (multi-host URL, target_session_attrs
+// read-write), and instead of a restart of PostgreSQL the standby is promoted and the primary stopped.
+var pgFailover bool
 
 // legacy is the legacy controller's env file when it is the Juice side (-juice legacy).
 var legacy *testbed.Env
@@ -66,6 +71,7 @@ type chaos struct {
 	store      *store.Store
 	kills      int
 	restarts   []time.Duration // controller down time per kill
+	failedOver time.Duration   // with -pg-failover: from the primary's end to the controller's /readyz answering again
 	sim        *exec.Cmd
 	errRate    float64
 	latency    time.Duration
@@ -83,6 +89,7 @@ func main() {
 	// PostgreSQL is the host test bed's, shared by every release's run and guarded by the host's lock: the runs on
 	// the chroot test beds leave it alone (the controller's reconnect is the same code whatever the release).
 	flag.BoolVar(&restartPG, "restart-postgres", true, "restart PostgreSQL after the second kill")
+	flag.BoolVar(&pgFailover, "pg-failover", false, "run on test/pgpair.sh's primary and standby (up already) and promote the standby after the second kill, instead of restarting PostgreSQL")
 	flag.Parse()
 	if *juiceSide == "legacy" {
 		env, err := testbed.Load(legacyEnvFile())
@@ -128,14 +135,20 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	defer os.RemoveAll(c.dir)
-	url, drop, err := testbed.CreateDatabase(ctx, env)
-	if err != nil {
-		return err
-	}
-	defer drop()
-	// Migrated as the owner role by juice-slurm migrate; the controller runs as the runtime role.
-	if c.dbURL, err = testbed.MigrateWithBinary(ctx, env, repo, url); err != nil {
-		return err
+	if pgFailover {
+		if c.dbURL, err = pairDatabase(ctx, repo); err != nil {
+			return err
+		}
+	} else {
+		url, drop, err := testbed.CreateDatabase(ctx, env)
+		if err != nil {
+			return err
+		}
+		defer drop()
+		// Migrated as the owner role by juice-slurm migrate; the controller runs as the runtime role.
+		if c.dbURL, err = testbed.MigrateWithBinary(ctx, env, repo, url); err != nil {
+			return err
+		}
 	}
 	pool, err := pgxpool.New(ctx, c.dbURL)
 	if err != nil {
@@ -282,7 +295,20 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 			return err
 		}
 		c.restarts = append(c.restarts, time.Since(down))
-		if k == 1 && restartPG && !pgRestarted && legacy == nil { // the legacy controller shares the server: not with it
+		if k == 1 && pgFailover && !pgRestarted {
+			logf("promoting the PostgreSQL standby; the primary stops at once")
+			failed := time.Now()
+			if out, err := exec.Command("bash", filepath.Join(c.repo, "test/pgpair.sh"), "promote").CombinedOutput(); err != nil {
+				return fmt.Errorf("promote the standby: %v: %s", err, out)
+			}
+			pgRestarted = true
+			if err := c.env.WaitHook(hookAddr, "/readyz", 60*time.Second); err != nil {
+				return fmt.Errorf("the controller after the failover: %w", err)
+			}
+			c.failedOver = time.Since(failed)
+			logf("the controller is ready %s after the primary began to stop", c.failedOver.Round(time.Millisecond))
+		}
+		if k == 1 && restartPG && !pgFailover && !pgRestarted && legacy == nil { // the legacy controller shares the server: not with it
 			logf("restarting PostgreSQL")
 			if out, err := exec.Command("setpriv", "--reuid=postgres", "--regid=postgres", "--clear-groups",
 				"/usr/lib/postgresql/15/bin/pg_ctl", "-D", filepath.Join(env.Get("JUICE_TESTBED_DIR"), "pg/data"),
@@ -441,12 +467,12 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 | sessions at the Juice side | %d (leaked: %d) |
 | runs with two sessions | %d |
 | controller kill -9 | %d (longest restart to healthy: %s) |
-| PostgreSQL restarted | %v |
+| %s |
 | slurmrestd stopped | %v (%s) |
 | %s |
 | wall time | %s |
 `, time.Now().Format(time.DateTime), len(ids), len(ids)-len(notCompleted), requeued, runs, failedRuns, len(sessions), leaked,
-		twoSessions, c.kills, maxDown.Round(time.Millisecond), pgRestarted, restStopped, outage, juiceSide(errRate, latency),
+		twoSessions, c.kills, maxDown.Round(time.Millisecond), pgLine(pgRestarted, c.failedOver), restStopped, outage, juiceSide(errRate, latency),
 		time.Since(start).Round(time.Second))
 	fmt.Println()
 	fmt.Print(report)
@@ -463,6 +489,43 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 	}
 	fmt.Println("\nchaos: PASS: 0 leaked sessions, 0 runs with two sessions, every job completed")
 	return nil
+}
+
+// pgLine is the report's PostgreSQL row.
+func pgLine(done bool, failedOver time.Duration) string {
+	if pgFailover {
+		return fmt.Sprintf("PostgreSQL standby promoted, primary stopped | %v (controller ready again after %s)", done, failedOver.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("PostgreSQL restarted | %v", done)
+}
+
+// pairDatabase makes a fresh database on test/pgpair.sh's primary, migrates it with this tree's binary, and
+// returns its multi-host URL.
+func pairDatabase(ctx context.Context, repo string) (string, error) {
+	dir := os.Getenv("JUICE_PGPAIR_DIR")
+	if dir == "" {
+		dir = "/var/tmp/juice-testbed/pgpair"
+	}
+	pair, err := testbed.Load(filepath.Join(dir, "env"))
+	if err != nil {
+		return "", fmt.Errorf("-pg-failover: the PostgreSQL pair is not up (bash test/pgpair.sh up): %w", err)
+	}
+	base := pair.Get("JUICE_PGPAIR_URL")
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return "", fmt.Errorf("-pg-failover: %w", err)
+	}
+	defer conn.Close(ctx)
+	db := fmt.Sprintf("juice_chaos_%d", time.Now().UnixNano())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		return "", fmt.Errorf("-pg-failover: %w", err)
+	}
+	url := strings.Replace(base, "/postgres?", "/"+db+"?", 1)
+	if out, err := exec.CommandContext(ctx, filepath.Join(repo, "bin/juice-slurm"), "migrate", "--config=", "--database-url", url).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("-pg-failover: juice-slurm migrate: %v: %s", err, out)
+	}
+	logf("database %s on the PostgreSQL pair: %s", db, url)
+	return url, nil
 }
 
 func sbatch(ctx context.Context, env testbed.Env, args []string) (uint32, error) {
