@@ -16,7 +16,7 @@ export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
-.PHONY: all build go-build spank install package test-package demo-installed test-failover chaos-failover test unit test-go test-smoke test-spank test-e2e test-compat test-releases test-token-renewal testbed-up testbed-down \
+.PHONY: all build go-build spank install package test-package demo-installed test-failover chaos-failover test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
 	testbed-wire demo bench chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy chaos-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -92,9 +92,9 @@ unit:
 
 # Everything CI runs: the test bed comes up first (installing what is missing), then the C and Go suites
 # against the real daemons, the end-to-end suite and a short chaos run on each Slurm release's fully wired
-# cluster (22.05 on the host, 24.11 and 26.05 in chroots), the legacy Juice controller as the Juice side (on the
-# host), then the REST compatibility runs.
-test: testbed-up build lint test-spank test-go test-smoke test-failover test-releases test-juice-legacy test-compat
+# cluster (22.05 on the host, 24.11 and 26.05 in chroots), the security suite (on the host), the legacy Juice
+# controller as the Juice side (on the host), then the REST compatibility runs.
+test: testbed-up build lint test-spank test-go test-smoke test-failover test-releases test-security test-juice-legacy test-compat
 	@echo "make test: all suites passed"
 
 test-spank:
@@ -119,7 +119,15 @@ test-failover:
 		| grep -v '^    [a-z_]*\.go:[0-9]*: [a-z]*: "' ; rc=$${PIPESTATUS[0]}; bash test/pgpair.sh down; exit $$rc
 
 test-e2e: build
-	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) test -race -count=1 -timeout 20m -tags e2e ./test/e2e/...'
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) test -race -count=1 -timeout 20m -tags e2e -skip '"'"'^TestSecurity'"'"' ./test/e2e/...'
+
+# Issue 15's findings replayed (docs/security.md): on the wired test bed as the user nobody, with a libslurm
+# submitter the suite builds (F1, F2, F9, F10, F11), then the cases that need no cluster (F3 to F14).
+SECURITY_UNIT := TestRequestOverThePolicyFailsAtOnce|TestRequestTheClientRefusesNeverStaysInReleasing|TestIdleConnectionFloodDoesNotStopAnotherUsersProlog|TestWaitsPerPeerAreCapped|TestPoolLabelsOnlyForKnownPools|TestHookSendsTheSecretOnlyToThePinnedController|TestHookLogIsPrivateAndUnforgeable|TestServerAndClientTLS|TestCheckRedirectKeepsTokensHome|TestRuntimeRoleHasNoDDL|TestSchemaVersion|TestMigrateAndTheControllersSchemaCheck|TestVectors|TestOfNamesTheLocalUser|TestHookURLListSkipsAReplicaThatIsDown|TestLookaheadIsFairPerUser
+test-security: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) test -count=1 -timeout 15m -tags e2e -run '"'"'^TestSecurity'"'"' ./test/e2e/'
+	$(GO) test -count=1 -run '^($(SECURITY_UNIT))$$' ./controller/... ./cmd/juice-slurm/ ./internal/... ./reconcile/...
+	$(MAKE) -C spank test
 
 test-compat: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/chroot/test-compat.sh'
