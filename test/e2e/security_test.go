@@ -39,6 +39,9 @@ var (
 // the files it checks live elsewhere: the suite says so and skips.
 func hostBed(t *testing.T) {
 	t.Helper()
+	if os.Getenv("JUICE_E2E_SECURITY") != "1" {
+		t.Skip("the security suite runs in make test-security (JUICE_E2E_SECURITY=1), once, on the host test bed")
+	}
 	if kind := world.env.Get("JUICE_TESTBED_KIND"); kind != "" {
 		t.Skipf("the security suite runs on the host test bed (make test-security), not on %s", kind)
 	}
@@ -96,6 +99,8 @@ func outDir(t *testing.T) string {
 func submitAsNobody(t *testing.T, out string, spankEnv ...string) (uint32, string) {
 	t.Helper()
 	text, code := asNobody(t, 30*time.Second, submitter(t), append([]string{out, world.env.Partition()}, spankEnv...)...)
+	// A refusal must be slurmctld's answer, not a controller that could not be reached.
+	require.NotContains(t, text, "Unable to contact", "slurmctld did not answer the submission")
 	if code != 0 {
 		return 0, text
 	}
@@ -108,6 +113,7 @@ func submitAsNobody(t *testing.T, out string, spankEnv ...string) (uint32, strin
 // reaches the prolog unchanged) and no request job_submit.lua saw gets no GPUs and no reservation; a job whose
 // admin_comment asks for one GPU gets one, whatever its SPANK_JUICE_REQUEST says.
 func TestSecurityF1RequestOnlyFromAdminComment(t *testing.T) {
+	hostBed(t)
 	s := openStore(t)
 	dir := outDir(t)
 	forged := filepath.Join(dir, "forged.out")
@@ -145,7 +151,12 @@ func TestSecurityF1RequestOnlyFromAdminComment(t *testing.T) {
 // F2: the site's limits (juice-policy.conf: max_gpus 8, pools demo, small, test on the test bed) refuse a job at
 // submission, whatever the submitter put in spank_job_env; nothing is queued.
 func TestSecurityF2LimitsAtSubmission(t *testing.T) {
+	hostBed(t)
 	dir := outDir(t)
+	// The same submitter's request within the limits is queued: the refusals below are the limits'.
+	job, refusal := submitAsNobody(t, filepath.Join(dir, "within.out"), "JUICE_REQUEST=juice:v1:pool=test,gpus=1")
+	require.NotZero(t, job, "a request within the limits was refused: %s", refusal)
+	waitJobDone(t, job, 90*time.Second)
 	for _, req := range []string{"juice:v1:pool=test,gpus=9999", "juice:v1:pool=test,gpus=9",
 		"juice:v1:pool=elsewhere,gpus=1", "juice:v1:pool=test,gpus=1,vram=99999999999999999999"} {
 		job, refusal := submitAsNobody(t, filepath.Join(dir, "over.out"), "JUICE_REQUEST="+req)
@@ -156,6 +167,7 @@ func TestSecurityF2LimitsAtSubmission(t *testing.T) {
 
 // F11: a newline in the request never forges a line of slurmctld's log (the refusal logs it escaped).
 func TestSecurityF11NoForgedLogLines(t *testing.T) {
+	hostBed(t)
 	forgedLine := "juice: job_submit: uid 0 request juice:v1:pool=test,gpus=8 FORGED-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	job, refusal := submitAsNobody(t, filepath.Join(outDir(t), "nl.out"), "JUICE_REQUEST=juice:v1:pool=test,gpus=1\n"+forgedLine)
 	require.Zero(t, job)
