@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,12 +90,14 @@ func TestWaitsPerPeerAreCapped(t *testing.T) {
 	defer cancel()
 	// Only the prolog registers the jobs, and reading job 91 from slurmrestd hangs: two calls for it are two
 	// calls in progress.
+	var reading91 atomic.Int32
 	h.slurm.Intercept(fakeslurm.Funcs{
 		ListJobs: func(context.Context, time.Time, func(context.Context, time.Time) (slurmrest.JobList, error)) (slurmrest.JobList, error) {
 			return slurmrest.JobList{LastUpdate: time.Now()}, nil
 		},
 		GetJob: func(c context.Context, id uint32, next func(context.Context, uint32) (*slurmrest.Job, error)) (*slurmrest.Job, error) {
 			if id == 91 {
+				reading91.Add(1)
 				select {
 				case <-c.Done():
 				case <-ctx.Done():
@@ -116,6 +119,7 @@ func TestWaitsPerPeerAreCapped(t *testing.T) {
 			}
 		}()
 	}
+	eventually(t, 10*time.Second, "both calls for job 91 in progress", func() bool { return reading91.Load() == 2 })
 	// Once both waits are in, the same peer's third call is refused (before, it is served: job 92 is ready).
 	eventually(t, 10*time.Second, "a third call of the same peer refused with 429", func() bool {
 		code, _ := post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "c1", JobID: 92, WaitSeconds: 5})
