@@ -694,13 +694,14 @@ EOF
 	fi
 	wait_for juice-sim 20 curl -fsS "http://127.0.0.1:$SIM_PORT/healthz"
 	if ! host_running juice-controller; then
+		write_scontrol
 		log "starting the juice-slurm controller (hook API on $hook)"
 		setsid "$REPO/bin/juice-slurm" controller --config= --cluster $CLUSTER --database-url "$db" \
 			--slurmrestd-url "http://127.0.0.1:$REST_PORT" --slurm-user $REST_USER --slurm-token-file "$ROOT$TOKEN" \
 			--juice-url "http://127.0.0.1:$SIM_PORT" --juice-token-file "$demo/juice.token" \
 			--cluster-key "$ROOT$JUICE_ETC/cluster.key" --hook-secret "$ROOT$JUICE_ETC/hook.secret" \
 			--policy "$ROOT$JUICE_ETC/juice-policy.conf" --hook-cert $JUICE_ETC/hook.crt --hook-key $JUICE_ETC/hook.key \
-			--hook-listen "$hook" --poll-interval 1s \
+			--hook-listen "$hook" --poll-interval 1s --scontrol "$RUNDIR/scontrol" \
 			</dev/null >>"$RUNDIR/juice-controller.log" 2>&1 &
 		echo $! >"$RUNDIR/juice-controller.pid"
 	fi
@@ -712,6 +713,20 @@ EOF
 }
 
 # ---- the env file ---------------------------------------------------------------------------------
+# write_scontrol: a host command that is this test bed's scontrol, for the controller the suites start on the host
+# (--scontrol): the host's own /usr/bin/scontrol is another release and talks to the host's slurmctld, so a lost
+# session's requeue (before slurmrestd v0.0.45) and the notify that tells srun why would go to the wrong cluster.
+write_scontrol() {
+	install -d -m 0755 "$RUNDIR"
+	cat >"$RUNDIR/scontrol.tmp" <<EOF
+#!/bin/sh
+# scontrol of the Slurm $SUITE test bed in $ROOT, run from the host (written by test/chroot/slurm-chroot.sh)
+exec chroot $ROOT /usr/bin/env -i PATH=$CPATH LANG=C.UTF-8 HOME=/root scontrol "\$@"
+EOF
+	chmod 0755 "$RUNDIR/scontrol.tmp"
+	mv "$RUNDIR/scontrol.tmp" "$RUNDIR/scontrol"
+}
+
 write_env() {
 	local w=no port=$HOOK_PORT nodes pg="" pgrole=""
 	if wired; then w=yes; port=$(wired_hook_port); fi
@@ -720,6 +735,7 @@ write_env() {
 	[ -f "$BASE/env" ] && pg=$(sed -n 's/^JUICE_TESTBED_PG_URL=//p' "$BASE/env") &&
 		pgrole=$(sed -n 's/^JUICE_TESTBED_PG_RUNTIME_ROLE=//p' "$BASE/env")
 	local run_as="chroot $ROOT $JUICE_LIB/juice-run-as"
+	write_scontrol
 	{
 		echo "JUICE_TESTBED_KIND=chroot-$SUITE"
 		echo "JUICE_TESTBED_DIR=$ROOT"
@@ -737,6 +753,7 @@ write_env() {
 		echo "JUICE_TESTBED_CHROOT=$ROOT"
 		echo "JUICE_TESTBED_EXEC=$run_as root"
 		echo "JUICE_TESTBED_EXEC_AS=$run_as"
+		echo "JUICE_TESTBED_SCONTROL=$RUNDIR/scontrol"
 		echo "JUICE_TESTBED_JOB_USER=$JOB_USER"
 		echo "JUICE_TESTBED_OTHER_USER=$OTHER_USER"
 		echo "JUICE_TESTBED_WIRED=$w"

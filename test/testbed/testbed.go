@@ -111,6 +111,11 @@ func (e Env) Command(ctx context.Context, name string, args ...string) *exec.Cmd
 	return c
 }
 
+// Scontrol is the host's command for the test bed's own scontrol, for a controller the suites start (--scontrol):
+// in a chroot test bed a wrapper that runs the chroot's scontrol with its slurm.conf, since the host's is another
+// release and talks to another slurmctld.
+func (e Env) Scontrol() string { return e.getOr("JUICE_TESTBED_SCONTROL", "/usr/bin/scontrol") }
+
 // getOr returns the variable, or def when it is absent.
 func (e Env) getOr(name, def string) string {
 	if v := e.Vars[name]; v != "" {
