@@ -264,7 +264,7 @@ func (c *Controller) Retune(t Tuning) error {
 	if t.PollInterval < 0 {
 		return fmt.Errorf("retune: poll interval %s is negative", t.PollInterval)
 	}
-	if t.Lookahead.PerPool < 0 || t.Lookahead.PerUser < 0 || t.Lookahead.Window < 0 {
+	if t.Lookahead.PerPool < 0 || t.Lookahead.PerUser < 0 || t.Lookahead.PerAccount < 0 || t.Lookahead.Window < 0 {
 		return fmt.Errorf("retune: look-ahead of %d per pool within %s: neither may be negative", t.Lookahead.PerPool, t.Lookahead.Window)
 	}
 	c.tuning.Store(&t)
@@ -273,6 +273,7 @@ func (c *Controller) Retune(t Tuning) error {
 	default:
 	}
 	c.Log.Info("retuned", "pollInterval", t.PollInterval.String(), "lookaheadPerPool", t.Lookahead.PerPool,
+		"lookaheadPerUser", t.Lookahead.PerUser, "lookaheadPerAccount", t.Lookahead.PerAccount,
 		"lookaheadWindow", t.Lookahead.Window.String(), "sweepInterval", t.Sweep.String())
 	return nil
 }

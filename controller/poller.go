@@ -126,7 +126,7 @@ func (p *Poller) Poll(ctx context.Context) error {
 		case slurmrest.StatePending:
 			if !j.Held() {
 				req, _ := JobRequest(&j, p.TrustComment)
-				cands = append(cands, reconcile.Candidate{Run: run, Request: req, User: j.UserName, Priority: j.Priority,
+				cands = append(cands, reconcile.Candidate{Run: run, Request: req, User: j.UserName, Account: j.Account, Priority: j.Priority,
 					SubmitTime: j.SubmitTime, StateReason: j.StateReason, ExpectedStart: j.StartTime,
 					BeginTime: j.EligibleTime})
 			}

@@ -68,6 +68,32 @@ func TestPollerListingFailsOrHangs(t *testing.T) {
 	require.Equal(t, []uuid.UUID{open[0].ID}, queued.ids)
 }
 
+// The poller hands the look-ahead each job's account from slurmrestd: four users of one account, each within the
+// per-user cap, get only the account's places, and another account's job is reserved ahead too.
+func TestPollerCapsLookaheadPerAccount(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	p, _ := h.poller()
+	p.Lookahead = reconcile.Lookahead{PerPool: 4, PerUser: 2, PerAccount: 2}
+	for i, u := range []string{"ann", "ben", "cat", "dan", "eve"} {
+		j := fakeslurm.JuiceJob(uint32(31+i), 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=1")
+		j.UserName, j.Account, j.Priority, j.StateReason = u, "lab1", uint64(100-i), "Priority"
+		if u == "eve" {
+			j.Account = "lab2"
+		}
+		h.slurm.Set(j)
+	}
+	require.NoError(t, p.Poll(ctx))
+	open, err := h.store.Open(ctx)
+	require.NoError(t, err)
+	var jobs []uint32
+	for _, r := range open {
+		jobs = append(jobs, r.Run.JobID)
+	}
+	require.ElementsMatch(t, []uint32{31, 32, 35}, jobs)
+}
+
 // A job missing from the listing is released only once a GET confirms it is gone: a failing confirmation
 // leaves the reservation wanted, and the poll says so.
 func TestPollerConfirmsAVanishedJob(t *testing.T) {

@@ -14,7 +14,8 @@ import (
 //   - it is eligible: not held, and its begin time has passed (Slurm's reason is not BeginTime, JobHeld*,
 //     Dependency, ...);
 //   - and either it is among the PerPool highest-priority eligible Juice jobs of its pool (ties go to the
-//     earlier submission), taking at most PerUser of one user's jobs, or Slurm expects it to start within
+//     earlier submission), taking at most PerUser of one user's jobs and PerAccount of one account's, or Slurm
+//     expects it to start within
 //     Window (the backfill scheduler's start time).
 //   - A job held back only by its begin time (sbatch --begin) counts as eligible once that time falls within
 //     Window, and is reserved then: its session is ready when Slurm lets it start, never earlier than that
@@ -23,7 +24,8 @@ import (
 // PerUser keeps one user's queue from holding a pool's GPUs ahead of everybody else's runnable jobs (F6: four
 // pending jobs of one user held all four GPUs of a pool and another user's job failed its prolog). A job that
 // waits for a license is not eligible: a license is not likely to free up soon, and GPUs held for it are GPUs
-// another job cannot start with.
+// another job cannot start with. PerAccount does the same for an account: a group whose users each stay within
+// PerUser still cannot take a whole pool's places together.
 //
 // Jobs that are CONFIGURING or RUNNING always want their session, whatever this policy says.
 type Lookahead struct {
@@ -31,20 +33,24 @@ type Lookahead struct {
 	PerPool int
 	// PerUser caps the pending jobs of one user reserved by priority, over all pools. 0 means no cap.
 	PerUser int
+	// PerAccount caps the pending jobs of one Slurm account reserved by priority, over all pools. 0 means no cap.
+	PerAccount int
 	// Window reserves, beyond the cap, any job that Slurm expects to start within it. 0 turns this off.
 	Window time.Duration
 }
 
-// DefaultLookahead reserves for the 4 best pending jobs of each pool, at most 2 of one user's, and for any job
-// expected within 2 minutes.
-var DefaultLookahead = Lookahead{PerPool: 4, PerUser: 2, Window: 2 * time.Minute}
+// DefaultLookahead reserves for the 4 best pending jobs of each pool, at most 2 of one user's and 3 of one
+// account's, and for any job expected within 2 minutes.
+var DefaultLookahead = Lookahead{PerPool: 4, PerUser: 2, PerAccount: 3, Window: 2 * time.Minute}
 
 // A Candidate is a pending Juice job as the poller saw it.
 type Candidate struct {
 	Run     RunID
 	Request request.Request
 	// User is the job's owner (empty when slurmrestd does not say: then PerUser does not apply to it).
-	User        string
+	User string
+	// Account is the Slurm account the job is charged to (empty when unknown: then PerAccount does not apply).
+	Account     string
 	Priority    uint64
 	SubmitTime  time.Time
 	StateReason string
@@ -108,7 +114,7 @@ func (l Lookahead) Select(now time.Time, cands []Candidate) map[RunID]bool {
 		}
 		return all[i].Run.JobID < all[j].Run.JobID
 	})
-	perPool, perUser := map[string]int{}, map[string]int{}
+	perPool, perUser, perAccount := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, c := range all {
 		if perPool[c.Request.Pool] >= l.PerPool {
 			continue
@@ -116,8 +122,12 @@ func (l Lookahead) Select(now time.Time, cands []Candidate) map[RunID]bool {
 		if l.PerUser > 0 && c.User != "" && perUser[c.User] >= l.PerUser {
 			continue
 		}
+		if l.PerAccount > 0 && c.Account != "" && perAccount[c.Account] >= l.PerAccount {
+			continue
+		}
 		perPool[c.Request.Pool]++
 		perUser[c.User]++
+		perAccount[c.Account]++
 		out[c.Run] = true
 	}
 	return out

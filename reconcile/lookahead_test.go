@@ -64,6 +64,28 @@ func TestLookaheadIsFairPerUser(t *testing.T) {
 	require.Len(t, Lookahead{PerPool: 4}.Select(now, cands), 4)
 }
 
+// An account's users together take at most PerAccount places: three users of one lab each within PerUser would
+// otherwise fill the pool's look-ahead ahead of another lab's runnable job. A job without an account (Slurm
+// without accounting) is not capped by account.
+func TestLookaheadIsFairPerAccount(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	c := func(job uint32, user, account string, prio uint64) Candidate {
+		return Candidate{Run: RunID{"c", job, 0}, Request: request.Request{Pool: "p", GPUs: 1}, User: user, Account: account,
+			Priority: prio, SubmitTime: now.Add(-time.Duration(job) * time.Second), StateReason: "Priority"}
+	}
+	cands := []Candidate{c(1, "ann", "lab1", 90), c(2, "ben", "lab1", 80), c(3, "cat", "lab1", 70), c(4, "dan", "lab1", 60),
+		c(5, "eve", "lab2", 10)}
+	l := Lookahead{PerPool: 4, PerUser: 2, PerAccount: 2}
+	require.Equal(t, map[RunID]bool{{"c", 1, 0}: true, {"c", 2, 0}: true, {"c", 5, 0}: true}, l.Select(now, cands))
+
+	l.PerAccount = 0
+	require.Equal(t, 4, count(l.Select(now, cands), 1, 2, 3, 4), "PerAccount 0: no cap")
+	for i := range cands {
+		cands[i].Account = ""
+	}
+	require.Equal(t, 4, count(Lookahead{PerPool: 4, PerAccount: 1}.Select(now, cands), 1, 2, 3, 4), "no account: no cap")
+}
+
 func count(got map[RunID]bool, jobs ...uint32) int {
 	n := 0
 	for _, j := range jobs {

@@ -84,7 +84,9 @@ func (rc *Reconciler) Reconcile(ctx context.Context, id uuid.UUID) (Result, erro
 }
 
 // step takes one transition (done false), or says how long to wait (done true).
-func requestReason(r Reservation) string { return "asking the Juice Controller for " + r.Request.Describe() }
+func requestReason(r Reservation) string {
+	return "asking the Juice Controller for " + r.Request.Describe()
+}
 
 func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation, fresh bool) (Result, bool, error) {
 	// Not wanted any more: whatever it holds or is getting is let go, in every state that serves the run.

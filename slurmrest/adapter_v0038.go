@@ -197,6 +197,7 @@ func v0038Job(w *wire.V0038Job, j *Job) {
 	j.State, j.StateFlags = normalizeState([]string{w.JobState})
 	j.StateReason = w.StateReason
 	j.UserName = w.UserName
+	j.Account = w.Account
 	j.UserID = uint32(w.UserID)
 	j.Partition = w.Partition
 	j.Nodes = w.Nodes

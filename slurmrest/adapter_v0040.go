@@ -261,6 +261,7 @@ func v0040Job(w *wire.V0040Job, j *Job) {
 	j.State, j.StateFlags = normalizeState(w.JobState)
 	j.StateReason = w.StateReason
 	j.UserName = w.UserName
+	j.Account = w.Account
 	j.UserID = uint32(w.UserID)
 	j.Partition = w.Partition
 	j.Nodes = w.Nodes

@@ -158,6 +158,7 @@ type Job struct {
 	StateFlags  []string
 	StateReason string
 	UserName    string // empty on v0.0.36, which does not fill it
+	Account     string // the account the job is charged to (its default account when it named none)
 	UserID      uint32
 	Partition   string
 	Nodes       string

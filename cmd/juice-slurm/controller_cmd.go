@@ -35,7 +35,7 @@ type controllerOpts struct {
 	cluster, dbURL, restURL, restUser, restToken, restVersion, juiceURL, juiceToken, keyFile, secretFile *string
 	hookListen, holder, policyFile, metricsListen, juicePools, hookCert, hookKey, scontrol, unmunge      *string
 	poll, waitPoll, window, leaseTTL, sweep, retention                                                   *time.Duration
-	perPool, perUser, workers                                                                            *int
+	perPool, perUser, perAccount, workers                                                                *int
 	trustComment, juiceIdem                                                                              *bool
 	newLog                                                                                               func() (logr.Logger, zap.AtomicLevel, error)
 	level                                                                                                *flag.Flag
@@ -63,6 +63,7 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		poll:          fs.Duration("poll-interval", 2*time.Second, "time between two listings of slurmrestd (SIGHUP re-reads it)"),
 		waitPoll:      fs.Duration("session-poll", time.Second, "how often a queued session is looked at"),
 		perUser:       fs.Int("lookahead-per-user", reconcile.DefaultLookahead.PerUser, "of those, at most this many pending jobs of one user (0: no cap; SIGHUP re-reads it)"),
+		perAccount:    fs.Int("lookahead-per-account", reconcile.DefaultLookahead.PerAccount, "of those, at most this many pending jobs of one Slurm account (0: no cap; SIGHUP re-reads it)"),
 		perPool:       fs.Int("lookahead-per-pool", reconcile.DefaultLookahead.PerPool, "pending jobs reserved ahead per pool, by Slurm priority (SIGHUP re-reads it)"),
 		window:        fs.Duration("lookahead-window", reconcile.DefaultLookahead.Window, "also reserve pending jobs Slurm expects to start within this time (SIGHUP re-reads it)"),
 		trustComment:  fs.Bool("trust-comment", false, "also read requests from the job comment, which its owner can change (default: admin_comment only)"),
@@ -89,7 +90,7 @@ func retentionOf(d time.Duration) time.Duration {
 
 // tuning is what SIGHUP may change (controller.Tuning).
 func (o *controllerOpts) tuning() controller.Tuning {
-	return controller.Tuning{PollInterval: *o.poll, Lookahead: reconcile.Lookahead{PerPool: *o.perPool, PerUser: *o.perUser, Window: *o.window}, Sweep: *o.sweep}
+	return controller.Tuning{PollInterval: *o.poll, Lookahead: reconcile.Lookahead{PerPool: *o.perPool, PerUser: *o.perUser, PerAccount: *o.perAccount, Window: *o.window}, Sweep: *o.sweep}
 }
 
 func runController(ctx context.Context, args []string) error {
@@ -189,7 +190,7 @@ func runController(ctx context.Context, args []string) error {
 	}
 	c := &controller.Controller{
 		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
-			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, PerUser: *o.perUser, Window: *o.window}, TrustComment: *o.trustComment,
+			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, PerUser: *o.perUser, PerAccount: *o.perAccount, Window: *o.window}, TrustComment: *o.trustComment,
 			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
 			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log, Metrics: controller.NewMetrics(st),
@@ -240,7 +241,7 @@ func tokenExpiryNote(tok string, now time.Time) (warn bool, msg string, kv []any
 var onRetune = func(controller.Tuning, zapcore.Level) {}
 
 // retunable are the settings SIGHUP applies (controller.Tuning, and the log level).
-var retunable = map[string]bool{"poll-interval": true, "lookahead-per-pool": true, "lookahead-per-user": true, "lookahead-window": true,
+var retunable = map[string]bool{"poll-interval": true, "lookahead-per-pool": true, "lookahead-per-user": true, "lookahead-per-account": true, "lookahead-window": true,
 	"sweep-interval": true, "log-level": true, "config": true}
 
 // retuneOnHangup re-reads the settings on every SIGHUP and hands what may change at run time to the controller;

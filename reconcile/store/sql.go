@@ -114,7 +114,7 @@ var (
 	// A user's runs, newest first, at most $3 (juice-slurm jobs, through the hook API).
 	sqlByUser = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND user_name = $2
 		ORDER BY created_at DESC LIMIT $3`
-	sqlOpen  = `SELECT ` + columns + ` FROM juice_reservations
+	sqlOpen = `SELECT ` + columns + ` FROM juice_reservations
 		WHERE cluster = $1 AND state NOT IN ('released', 'failed') ORDER BY created_at`
 	// Runs of the given jobs that will never be reserved again: their reservation is final and still blocks.
 	sqlDone = `SELECT job_id, run FROM juice_reservations

@@ -18,6 +18,7 @@ type V0038Job struct {
 	JobState     string `json:"job_state"`
 	StateReason  string `json:"state_reason"`
 	UserName     string `json:"user_name"`
+	Account      string `json:"account"`
 	UserID       Int    `json:"user_id"`
 	Partition    string `json:"partition"`
 	Nodes        string `json:"nodes"`

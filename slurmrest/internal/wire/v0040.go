@@ -30,6 +30,7 @@ type V0040Job struct {
 	JobState     []string      `json:"job_state"`
 	StateReason  string        `json:"state_reason"`
 	UserName     string        `json:"user_name"`
+	Account      string        `json:"account"`
 	UserID       int64         `json:"user_id"`
 	Partition    string        `json:"partition"`
 	Nodes        string        `json:"nodes"`
