@@ -227,6 +227,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./reconcile/request/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./reconcile/session/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJobs$$' -fuzztime $(FUZZTIME) ./slurmrest/
+	$(MAKE) -C spank fuzz FUZZTIME=$(FUZZTIME)
 
 lint:
 	$(GO) vet -tags e2e,integration,smoke,legacy,tokenrenewal ./...

@@ -2,13 +2,10 @@ package controller
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +16,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/policy"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
 )
 
 // Metrics are the controller's Prometheus metrics, on a registry of its own so that two controllers in one test
@@ -362,31 +360,7 @@ func (c *tokenCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.desc, fmt.Errorf("token %s: %w", c.name, err))
 		return
 	}
-	if exp, ok := JWTExpiry(tok); ok {
+	if exp, ok := slurmrest.JWTExpiry(tok); ok {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(exp.Unix()))
 	}
-}
-
-// JWTExpiry reads the "exp" claim of a JWT without verifying it (the controller only reports it; slurmrestd
-// is the one that checks it). ok is false for anything that is not a JWT with an expiry.
-func JWTExpiry(tok string) (time.Time, bool) {
-	parts := strings.Split(strings.TrimSpace(tok), ".")
-	if len(parts) != 3 {
-		return time.Time{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return time.Time{}, false
-	}
-	var claims struct {
-		Exp *json.Number `json:"exp"`
-	}
-	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
-		return time.Time{}, false
-	}
-	f, err := claims.Exp.Float64()
-	if err != nil || f <= 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(int64(f), 0), true
 }

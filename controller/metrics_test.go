@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -153,17 +152,6 @@ func TestReadyzReflectsWhatTheLeaderNeeds(t *testing.T) {
 
 	h.slurm.Intercept(fakeslurm.Funcs{})
 	eventually(t, 10*time.Second, "the leader ready again", func() bool { code, _ := readyz(a); return code == http.StatusOK })
-}
-
-func TestJWTExpiry(t *testing.T) {
-	seg := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-	exp, ok := JWTExpiry(seg(`{"alg":"HS256"}`) + "." + seg(`{"exp":1767225600,"sun":"slurm"}`) + ".sig\n")
-	require.True(t, ok)
-	require.Equal(t, int64(1767225600), exp.Unix())
-	for _, bad := range []string{"m2m_demo", "a.b", seg(`{}`) + "." + seg(`{"sun":"slurm"}`) + ".sig", "x.!!!.y"} {
-		_, ok := JWTExpiry(bad)
-		require.False(t, ok, bad)
-	}
 }
 
 // The dashboard and the alert rules name only metrics the controller exports (a renamed metric would leave a

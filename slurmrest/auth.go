@@ -81,10 +81,11 @@ func cleanToken(s string) string {
 	return strings.TrimSpace(s)
 }
 
-// jwtExpiry returns the exp claim of a JWT, without checking its signature (slurmctld does that).
-// ok is false when the token is not a JWT with an exp claim.
-func jwtExpiry(tok string) (exp time.Time, ok bool) {
-	parts := strings.Split(tok, ".")
+// JWTExpiry reads the "exp" claim of a JWT without verifying it: slurmctld checks tokens, the client only avoids
+// sending one it knows has expired, and the controller reports when its tokens expire. ok is false for anything
+// that is not a JWT with a positive expiry (a Juice M2M token, say).
+func JWTExpiry(tok string) (time.Time, bool) {
+	parts := strings.Split(strings.TrimSpace(tok), ".")
 	if len(parts) != 3 {
 		return time.Time{}, false
 	}
@@ -93,14 +94,14 @@ func jwtExpiry(tok string) (exp time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	var claims struct {
-		Exp json.Number `json:"exp"`
+		Exp *json.Number `json:"exp"`
 	}
-	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == "" {
+	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
 		return time.Time{}, false
 	}
-	n, err := claims.Exp.Int64()
-	if err != nil {
+	f, err := claims.Exp.Float64()
+	if err != nil || f <= 0 {
 		return time.Time{}, false
 	}
-	return time.Unix(n, 0), true
+	return time.Unix(int64(f), 0), true
 }

@@ -70,3 +70,16 @@ func TestEnvToken(t *testing.T) {
 	_, err = slurmrest.EnvToken("JUICE_TEST_TOKEN").Token(context.Background())
 	assert.ErrorIs(t, err, slurmrest.ErrUnauthorized)
 }
+
+// A JWT's exp claim is read without its signature; anything else (a Juice M2M token, a broken JWT) has none.
+func TestJWTExpiry(t *testing.T) {
+	seg := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	exp, ok := slurmrest.JWTExpiry(seg(`{"alg":"HS256"}`) + "." + seg(`{"exp":1767225600,"sun":"slurm"}`) + ".sig\n")
+	require.True(t, ok)
+	require.Equal(t, int64(1767225600), exp.Unix())
+	for _, bad := range []string{"m2m_demo", "a.b", seg(`{}`) + "." + seg(`{"sun":"slurm"}`) + ".sig", "x.!!!.y",
+		seg(`{}`) + "." + seg(`{"exp":0}`) + ".sig"} {
+		_, ok := slurmrest.JWTExpiry(bad)
+		require.False(t, ok, bad)
+	}
+}

@@ -348,7 +348,7 @@ func (c *Client) once(ctx context.Context, r request, payload []byte) (*response
 		if err != nil {
 			return nil, err
 		}
-		if exp, ok := jwtExpiry(tok); ok && time.Now().After(exp) {
+		if exp, ok := JWTExpiry(tok); ok && time.Now().After(exp) {
 			return nil, fmt.Errorf("slurmrest: token expired at %s: %w", exp.UTC().Format(time.RFC3339), ErrUnauthorized)
 		}
 		req.Header.Set("X-SLURM-USER-TOKEN", tok)

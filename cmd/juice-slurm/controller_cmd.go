@@ -222,7 +222,7 @@ func runController(ctx context.Context, args []string) error {
 // (a renewal every 8 hours for a day's lifespan leaves 16 hours at worst). msg is "" for a token without an
 // expiry.
 func tokenExpiryNote(tok string, now time.Time) (warn bool, msg string, kv []any) {
-	exp, ok := controller.JWTExpiry(tok)
+	exp, ok := slurmrest.JWTExpiry(tok)
 	if !ok {
 		return false, "", nil
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 )
@@ -51,7 +50,7 @@ func TestTokenRenewalKeepsPolling(t *testing.T) {
 	lookAtToken := func() {
 		b, err := os.ReadFile(world.env.TokenFile())
 		require.NoError(t, err)
-		exp, ok := controller.JWTExpiry(string(b))
+		exp, ok := slurmrest.JWTExpiry(string(b))
 		require.True(t, ok, "the token file holds no JWT with an expiry")
 		require.True(t, time.Until(exp) > 0, "the token file holds an expired token (expired %s)", exp)
 		require.LessOrEqual(t, time.Until(exp), time.Duration(life+5)*time.Second, "a token longer-lived than the lifespan")

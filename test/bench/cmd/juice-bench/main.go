@@ -278,4 +278,3 @@ func writeGrowth(w io.Writer, g bench.GrowthResult) {
 	}
 	fmt.Fprintf(w, "\n\n")
 }
-
