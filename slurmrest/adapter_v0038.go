@@ -215,6 +215,11 @@ func v0038Job(w *wire.V0038Job, j *Job) {
 	if j.State.IsFinished() || j.State == StateCompleting {
 		j.ExitCode = ExitStatusFromRaw(int(w.ExitCode))
 	}
+	var task int64
+	if w.ArrayTaskID != nil {
+		task = int64(*w.ArrayTaskID)
+	}
+	j.Array = arrayInfo(int64(w.ArrayJobID), task, w.ArrayTaskID != nil, w.ArrayTaskString)
 }
 
 // ignoreAlreadyDone makes cancelling a job that has already ended a success.

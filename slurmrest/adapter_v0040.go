@@ -279,6 +279,9 @@ func v0040Job(w *wire.V0040Job, j *Job) {
 	if j.State.IsFinished() || j.State == StateCompleting {
 		j.ExitCode = v0040ExitStatus(&w.ExitCode)
 	}
+	array, _ := w.ArrayJobID.Value()
+	task, hasTask := w.ArrayTaskID.Value()
+	j.Array = arrayInfo(array, task, hasTask, w.ArrayTaskString)
 }
 
 func v0040ExitStatus(e *wire.V0040ExitCode) ExitStatus {

@@ -175,6 +175,43 @@ type Job struct {
 	EndTime      time.Time
 	// ExitCode is set once the job has ended (State.IsFinished() or Completing).
 	ExitCode ExitStatus
+	// Array is set for a record of a job array (sbatch --array).
+	Array *ArrayInfo
+}
+
+// ArrayInfo places a job record in its array. slurmctld keeps an array's pending elements in one record (the
+// remainder: the array's own job id, no task id, the pending task ids in Pending) and splits each element off
+// into a record of its own, with a fresh job id and its task id, when it starts it (or holds, or updates it
+// alone); the last element takes the remainder's record and so the array's job id.
+type ArrayInfo struct {
+	// JobID is the array's job id (the first record's).
+	JobID uint32
+	// TaskID is the element's task id; meaningful only when HasTask.
+	TaskID  uint32
+	HasTask bool
+	// Pending is slurmctld's text of the task ids still pending in the remainder ("3-200", "1,5-9:2%4").
+	Pending string
+}
+
+// Remainder reports whether the record is an array's pending remainder (no task id of its own): a record of
+// elements that are not runs yet.
+func (j *Job) Remainder() bool { return j.Array != nil && !j.Array.HasTask }
+
+// noTask is Slurm's NO_VAL (and above): a task id that is not set.
+const noTask = 0xfffffffe
+
+func arrayInfo(arrayJobID int64, taskID int64, hasTask bool, pending string) *ArrayInfo {
+	if arrayJobID <= 0 || arrayJobID >= noTask {
+		return nil
+	}
+	if taskID < 0 || taskID >= noTask {
+		hasTask = false
+	}
+	a := &ArrayInfo{JobID: uint32(arrayJobID), HasTask: hasTask, Pending: pending}
+	if hasTask {
+		a.TaskID = uint32(taskID)
+	}
+	return a
 }
 
 // Held reports whether the job is pending with priority 0 because of a hold.

@@ -33,6 +33,12 @@ type V0038Job struct {
 	EndTime      Int    `json:"end_time"`
 	ExitCode     Int    `json:"exit_code"` // raw wait status
 	RestartCnt   Int    `json:"restart_cnt"`
+	// An array's element: array_job_id is the array's id (0 for a job that is not in an array), array_task_id
+	// the element's task id (null while the record is the array's pending remainder, or not in an array), and
+	// array_task_string the task ids still pending in that remainder ("3-200", "5,7-9%4").
+	ArrayJobID      Int    `json:"array_job_id"`
+	ArrayTaskID     *Int   `json:"array_task_id"`
+	ArrayTaskString string `json:"array_task_string"`
 }
 
 // V0038JobsResponse is v0.0.38_jobs_response (GET jobs, GET job/{id}).

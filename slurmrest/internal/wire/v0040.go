@@ -45,6 +45,10 @@ type V0040Job struct {
 	EndTime      NoVal         `json:"end_time"`
 	ExitCode     V0040ExitCode `json:"exit_code"`
 	RestartCnt   int64         `json:"restart_cnt"`
+	// An array's element: see V0038Job; array_task_id is not set while the record is the pending remainder.
+	ArrayJobID      NoVal  `json:"array_job_id"`
+	ArrayTaskID     NoVal  `json:"array_task_id"`
+	ArrayTaskString string `json:"array_task_string"`
 }
 
 // V0040JobInfoResponse is v0.0.4x_openapi_job_info_resp (GET jobs/, GET job/{id}).
