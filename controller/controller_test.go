@@ -90,7 +90,7 @@ func TestCrashBetweenIntentAndActionGivesOneSession(t *testing.T) {
 
 		sealed, err := h.store.Sealed(ctx, r.ID)
 		require.NoError(t, err)
-		env, err := session.Open(h.key, sealed, run.Binding())
+		env, err := session.Open(sealed, run.Binding(), h.key)
 		require.NoError(t, err)
 		require.Contains(t, env, session.EnvVar{Name: "JUICE_SESSION_ID", Value: got.Status.SessionID})
 		require.Contains(t, env, session.EnvVar{Name: "JUICE_GPU_COUNT", Value: "2"})

@@ -128,7 +128,7 @@ func TestLegacyMoreGPUsThanAskedGivesExactlyTheAsked(t *testing.T) {
 	require.Len(t, s.GPUs, 4, "the controller gave the whole agent")
 	sealed, err := h.store.Sealed(ctx, r.ID)
 	require.NoError(t, err)
-	env, err := session.Open(h.key, sealed, run.Binding())
+	env, err := session.Open(sealed, run.Binding(), h.key)
 	require.NoError(t, err)
 	require.Contains(t, env, session.EnvVar{Name: "JUICE_GPU_COUNT", Value: "2"})
 	require.Contains(t, env, session.EnvVar{Name: "JUICE_GPUS", Value: "0,1"})

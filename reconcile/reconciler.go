@@ -273,7 +273,9 @@ func (rc *Reconciler) seal(r *Reservation, s *juiceapi.Session, req juiceapi.Ses
 		return err
 	}
 	g := session.Grant{SessionID: s.ID, Address: s.Address, GPUs: juiceapi.GrantedGPUs(s, req)}
-	sealed, err := session.Seal(key, r.Run.Binding(), session.Env(r.Request, g))
+	b := r.Run.Binding()
+	b.Reservation = r.ID
+	sealed, err := session.Seal(key, b, session.Env(r.Request, g))
 	if err != nil {
 		return err
 	}

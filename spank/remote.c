@@ -105,7 +105,7 @@ int juice_remote_load(spank_t sp, const struct juice_config *cfg,
 		      struct juice_env *env, char *err, size_t errlen)
 {
 	struct juice_request req;
-	unsigned char key[JUICE_KEY_LEN];
+	struct juice_keys keys;
 	char why[1024], path[PATH_MAX + 64], cluster[JUICE_CLUSTER_MAX + 1];
 	char buf[128];
 	uint32_t job_id = 0, run, found_run = 0;
@@ -127,8 +127,9 @@ int juice_remote_load(spank_t sp, const struct juice_config *cfg,
 		 juice_cluster_valid(buf) == 0)
 		memcpy(cluster, buf, strlen(buf) + 1);  /* valid: <= 63 */
 
-	/* The key is on this node's own disk, root's: read it as root. */
-	if (juice_key_load(cfg->key_file, 1, key, why, sizeof(why)) < 0) {
+	/* The keys (the current one and, during a rotation, the previous
+	 * one) are on this node's own disk, root's: read them as root. */
+	if (juice_keys_load(cfg->key_file, &keys, why, sizeof(why)) < 0) {
 		snprintf(err, errlen, "job %u asked for Juice GPUs but the "
 			 "cluster key cannot be read: %s; failing the task",
 			 job_id, why);
@@ -137,7 +138,7 @@ int juice_remote_load(spank_t sp, const struct juice_config *cfg,
 	/* The state directory may be on NFS with root squashed: read it as
 	 * its owner (juice_state_enter), and as root again right after. */
 	if (juice_state_enter(cfg->state_dir, &sid, why, sizeof(why)) < 0) {
-		explicit_bzero(key, sizeof(key));
+		juice_keys_clear(&keys);
 		snprintf(err, errlen, "job %u asked for Juice GPUs but %s; "
 			 "failing the task", job_id, why);
 		return -1;
@@ -147,13 +148,13 @@ int juice_remote_load(spank_t sp, const struct juice_config *cfg,
 	if (rc < 0)
 		snprintf(err, errlen, "job %u asked for Juice GPUs but %s; "
 			 "failing the task", job_id, why);
-	else if ((rc = juice_session_open_owned(path, key, cluster, job_id,
+	else if ((rc = juice_session_open_owned(path, &keys, cluster, job_id,
 						(long)found_run, sid.owner,
 						env, why, sizeof(why))) < 0)
 		snprintf(err, errlen, "job %u asked for Juice GPUs but its "
 			 "session cannot be used: %s; failing the task",
 			 job_id, why);
-	explicit_bzero(key, sizeof(key));
+	juice_keys_clear(&keys);
 	if (juice_state_leave(&sid, why, sizeof(why)) < 0) {
 		/* Never go on with another identity than root's. */
 		if (rc == 0)
@@ -173,8 +174,10 @@ int juice_remote_load(spank_t sp, const struct juice_config *cfg,
 		juice_env_clear(env);
 		return -1;
 	}
-	slurm_info("juice: job %u run %u: session %s opened (%zu variables)",
-		   job_id, found_run, path, env->n);
+	slurm_info("juice: job %u run %u: session %s of reservation %s opened "
+		   "under key %s (%zu variables)", job_id, found_run, path,
+		   env->reservation[0] ? env->reservation : "(version 1)",
+		   env->key_id, env->n);
 	return 0;
 }
 

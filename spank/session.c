@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <limits.h>
+
 #include <openssl/evp.h>
 
 #define NONCE_LEN 12
@@ -124,8 +126,8 @@ static int hexval(char c)
 	return -1;
 }
 
-int juice_key_load(const char *path, int strict,
-		   unsigned char key[JUICE_KEY_LEN], char *err, size_t errlen)
+int juice_key_load(const char *path, unsigned char key[JUICE_KEY_LEN],
+		   char *err, size_t errlen)
 {
 	char *data;
 	size_t len, i;
@@ -136,7 +138,9 @@ int juice_key_load(const char *path, int strict,
 			 "argument key=/path/to/cluster.key)");
 		return -1;
 	}
-	if (read_small_file(path, 256, strict, NULL, &data, &len, err, errlen) < 0)
+	/* A key opens every job's session: any group or other bit refuses
+	 * it (strict), as internal/secretfile does on the controller. */
+	if (read_small_file(path, 256, 1, NULL, &data, &len, err, errlen) < 0)
 		return -1;
 	if (len == 2 * JUICE_KEY_LEN + 1 && data[len - 1] == '\n')
 		len--;
@@ -161,6 +165,69 @@ out:
 	explicit_bzero(data, 256 + 2);
 	free(data);
 	return rc;
+}
+
+void juice_key_id(const unsigned char key[JUICE_KEY_LEN],
+		  char id[JUICE_KEY_ID_LEN + 1])
+{
+	static const char label[] = "juice-slurm session key id\n";
+	static const char hex[] = "0123456789abcdef";
+	unsigned char in[sizeof(label) - 1 + JUICE_KEY_LEN];
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	size_t i;
+
+	memcpy(in, label, sizeof(label) - 1);
+	memcpy(in + sizeof(label) - 1, key, JUICE_KEY_LEN);
+	if (EVP_Digest(in, sizeof(in), md, &mdlen, EVP_sha256(), NULL) != 1 ||
+	    mdlen < JUICE_KEY_ID_LEN / 2) {
+		/* No digest: an id no header can match (never a key). */
+		memset(id, '-', JUICE_KEY_ID_LEN);
+	} else {
+		for (i = 0; i < JUICE_KEY_ID_LEN / 2; i++) {
+			id[2 * i] = hex[md[i] >> 4];
+			id[2 * i + 1] = hex[md[i] & 15];
+		}
+	}
+	id[JUICE_KEY_ID_LEN] = '\0';
+	explicit_bzero(in, sizeof(in));
+}
+
+void juice_keys_clear(struct juice_keys *keys)
+{
+	explicit_bzero(keys, sizeof(*keys));
+}
+
+int juice_keys_load(const char *path, struct juice_keys *keys, char *err,
+		    size_t errlen)
+{
+	char prev[PATH_MAX];
+	struct stat st;
+	int w;
+
+	memset(keys, 0, sizeof(*keys));
+	if (juice_key_load(path, keys->key[0], err, errlen) < 0)
+		return -1;
+	juice_key_id(keys->key[0], keys->id[0]);
+	keys->n = 1;
+	w = snprintf(prev, sizeof(prev), "%s%s", path,
+		     JUICE_KEY_PREVIOUS_SUFFIX);
+	if (w < 0 || (size_t)w >= sizeof(prev)) {
+		juice_keys_clear(keys);
+		snprintf(err, errlen, "key file path %s is too long", path);
+		return -1;
+	}
+	/* No previous key: only the current one.  Anything else about it
+	 * (a bad mode, a symlink, bad content) is an error, never "none". */
+	if (lstat(prev, &st) < 0 && errno == ENOENT)
+		return 0;
+	if (juice_key_load(prev, keys->key[1], err, errlen) < 0) {
+		juice_keys_clear(keys);
+		return -1;
+	}
+	juice_key_id(keys->key[1], keys->id[1]);
+	keys->n = 2;
+	return 0;
 }
 
 void juice_env_clear(struct juice_env *env)
@@ -243,18 +310,60 @@ static int expect(const char **p, const char *end, const char *lit)
 	return 0;
 }
 
-int juice_session_parse_header(const char *line, size_t len, char *cluster,
-			       size_t clusterlen, uint32_t *job_id,
-			       uint32_t *run, char *err, size_t errlen)
+/* Exactly n characters of set (a NUL-terminated list), copied into out. */
+static int take_chars(const char **p, const char *end, size_t n,
+		      const char *set, char *out)
+{
+	size_t i;
+
+	if ((size_t)(end - *p) < n)
+		return -1;
+	for (i = 0; i < n; i++)
+		if ((*p)[i] == '\0' || !strchr(set, (*p)[i]))
+			return -1;
+	memcpy(out, *p, n);
+	out[n] = '\0';
+	*p += n;
+	return 0;
+}
+
+/* A lower-case UUID: 8-4-4-4-12 hex digits. */
+static int take_uuid(const char **p, const char *end, char *out)
+{
+	static const size_t parts[] = { 8, 4, 4, 4, 12 };
+	const char *hexset = "0123456789abcdef";
+	size_t i, o = 0;
+
+	for (i = 0; i < 5; i++) {
+		if (i > 0) {
+			if (expect(p, end, "-") < 0)
+				return -1;
+			out[o++] = '-';
+		}
+		if (take_chars(p, end, parts[i], hexset, out + o) < 0)
+			return -1;
+		o += parts[i];
+	}
+	return 0;
+}
+
+int juice_session_parse_header(const char *line, size_t len,
+			       struct juice_header *h, char *err,
+			       size_t errlen)
 {
 	const char *p = line, *end = line + len, *c;
 	size_t n;
 
+	memset(h, 0, sizeof(*h));
 	if (expect(&p, end, "JUICE-SESSION ") < 0) {
 		snprintf(err, errlen, "not a Juice session file (bad header)");
 		return -1;
 	}
-	if (expect(&p, end, "v1 ") < 0) {
+	if (expect(&p, end, "v2 ") == 0) {
+		h->version = 2;
+	} else if (expect(&p, end, "v1 ") == 0) {
+		h->version = 1;
+	} else {
 		char v[24];
 		size_t k = 0;
 		while (p + k < end && p[k] != ' ' && k < 16)
@@ -265,7 +374,8 @@ int juice_session_parse_header(const char *line, size_t len, char *cluster,
 			char q[80];
 			juice_quote(v, q, sizeof(q));
 			snprintf(err, errlen, "unsupported session file "
-				 "version \"%s\" (this plugin reads v1)", q);
+				 "version \"%s\" (this plugin reads v2 and "
+				 "v1)", q);
 		}
 		return -1;
 	}
@@ -274,21 +384,32 @@ int juice_session_parse_header(const char *line, size_t len, char *cluster,
 	for (c = p; p < end && *p != ' '; p++)
 		;
 	n = (size_t)(p - c);
-	if (n == 0 || n > JUICE_CLUSTER_MAX || n >= clusterlen)
+	if (n == 0 || n > JUICE_CLUSTER_MAX)
 		goto bad;
-	memcpy(cluster, c, n);
-	cluster[n] = '\0';
-	if (juice_cluster_valid(cluster) < 0)
+	memcpy(h->cluster, c, n);
+	h->cluster[n] = '\0';
+	if (juice_cluster_valid(h->cluster) < 0)
 		goto bad;
 	if (expect(&p, end, " job=") < 0 ||
-	    !(p = parse_u32(p, end, job_id)) ||
+	    !(p = parse_u32(p, end, &h->job_id)) ||
 	    expect(&p, end, " run=") < 0 ||
-	    !(p = parse_u32(p, end, run)) || p != end)
+	    !(p = parse_u32(p, end, &h->run)))
+		goto bad;
+	if (h->version == 2 &&
+	    (expect(&p, end, " reservation=") < 0 ||
+	     take_uuid(&p, end, h->reservation) < 0 ||
+	     expect(&p, end, " key=") < 0 ||
+	     take_chars(&p, end, JUICE_KEY_ID_LEN, "0123456789abcdef",
+			h->key_id) < 0))
+		goto bad;
+	if (p != end)
 		goto bad;
 	return 0;
 bad:
+	memset(h, 0, sizeof(*h));
 	snprintf(err, errlen, "malformed session file header (expected "
-		 "\"JUICE-SESSION v1 cluster=NAME job=N run=N\")");
+		 "\"JUICE-SESSION v2 cluster=NAME job=N run=N reservation=UUID "
+		 "key=ID\")");
 	return -1;
 }
 
@@ -383,40 +504,47 @@ static int parse_plaintext(struct juice_env *out, size_t ptlen, char *err,
 	return 0;
 }
 
-static int session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
+static int session_open(const char *path, const struct juice_keys *keys,
 			const char *cluster, uint32_t job_id, long run,
-			const uid_t *owner, struct juice_env *out, char *err,
-			size_t errlen);
+			const char *reservation, const uid_t *owner,
+			struct juice_env *out, char *err, size_t errlen);
 
-int juice_session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
+int juice_session_open(const char *path, const struct juice_keys *keys,
 		       const char *cluster, uint32_t job_id, long run,
-		       struct juice_env *out, char *err, size_t errlen)
+		       const char *reservation, struct juice_env *out,
+		       char *err, size_t errlen)
 {
-	return session_open(path, key, cluster, job_id, run, NULL, out, err,
-			    errlen);
+	return session_open(path, keys, cluster, job_id, run, reservation,
+			    NULL, out, err, errlen);
 }
 
-int juice_session_open_owned(const char *path,
-			     const unsigned char key[JUICE_KEY_LEN],
+int juice_session_open_owned(const char *path, const struct juice_keys *keys,
 			     const char *cluster, uint32_t job_id, long run,
 			     uid_t owner, struct juice_env *out, char *err,
 			     size_t errlen)
 {
-	return session_open(path, key, cluster, job_id, run, &owner, out, err,
-			    errlen);
+	/* The compute node does not know the job's reservation (it is in
+	 * PostgreSQL, not in anything slurmstepd hands a plugin). */
+	return session_open(path, keys, cluster, job_id, run, NULL, &owner,
+			    out, err, errlen);
 }
 
-static int session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
+static int session_open(const char *path, const struct juice_keys *keys,
 			const char *cluster, uint32_t job_id, long run,
-			const uid_t *owner, struct juice_env *out, char *err,
-			size_t errlen)
+			const char *reservation, const uid_t *owner,
+			struct juice_env *out, char *err, size_t errlen)
 {
+	struct juice_header h;
 	char *data = NULL, *nl;
-	size_t len, hlen, bodylen, ctlen;
+	size_t len, hlen, bodylen, ctlen, k, first, last;
 	const unsigned char *body;
-	int ptlen, rc = -1;
+	int ptlen = -1, rc = -1;
 
 	memset(out, 0, sizeof(*out));
+	if (!keys || keys->n == 0 || keys->n > JUICE_KEYS_MAX) {
+		snprintf(err, errlen, "no cluster key to open %s with", path);
+		return -1;
+	}
 	if (read_small_file(path, JUICE_SESSION_MAX_FILE, 0, owner, &data, &len,
 			    err, errlen) < 0)
 		return -1;
@@ -430,28 +558,52 @@ static int session_open(const char *path, const unsigned char key[JUICE_KEY_LEN]
 		goto out;
 	}
 	hlen = (size_t)(nl - data);
-	if (juice_session_parse_header(data, hlen, out->cluster,
-				       sizeof(out->cluster), &out->job_id,
-				       &out->run, err, errlen) < 0) {
+	if (juice_session_parse_header(data, hlen, &h, err, errlen) < 0) {
 		char tmp[256];
 		snprintf(tmp, sizeof(tmp), "%s", err);
 		snprintf(err, errlen, "%s: %s", path, tmp);
 		goto out;
 	}
-	if (out->job_id != job_id) {
+	if (h.job_id != job_id) {
 		snprintf(err, errlen, "%s is for job %u, not for job %u", path,
-			 out->job_id, job_id);
+			 h.job_id, job_id);
 		goto out;
 	}
-	if (cluster && *cluster && strcmp(cluster, out->cluster) != 0) {
+	if (cluster && *cluster && strcmp(cluster, h.cluster) != 0) {
 		snprintf(err, errlen, "%s is for cluster %s, not for cluster "
-			 "%s", path, out->cluster, cluster);
+			 "%s", path, h.cluster, cluster);
 		goto out;
 	}
-	if (run >= 0 && (long)out->run != run) {
+	if (run >= 0 && (long)h.run != run) {
 		snprintf(err, errlen, "%s is for run %u of job %u, not for run "
-			 "%ld", path, out->run, job_id, run);
+			 "%ld", path, h.run, job_id, run);
 		goto out;
+	}
+	if (reservation && strcmp(reservation, h.reservation) != 0) {
+		snprintf(err, errlen, "%s is %s%s, not of reservation %.36s "
+			 "(a stale file)", path, h.version == 1 ?
+			 "a version 1 file, of no reservation" :
+			 "of reservation ", h.reservation, reservation);
+		goto out;
+	}
+	/* Version 2 names its key: that one only.  Version 1 names none. */
+	first = 0;
+	last = keys->n;
+	if (h.version == 2) {
+		for (k = 0; k < keys->n; k++)
+			if (strcmp(keys->id[k], h.key_id) == 0)
+				break;
+		if (k == keys->n) {
+			snprintf(err, errlen, "%s was sealed under key %s, "
+				 "which this node does not have (its keys: "
+				 "%s%s%s): rotated out, or another cluster's",
+				 path, h.key_id, keys->id[0],
+				 keys->n > 1 ? ", " : "",
+				 keys->n > 1 ? keys->id[1] : "");
+			goto out;
+		}
+		first = k;
+		last = k + 1;
 	}
 
 	body = (const unsigned char *)nl + 1;
@@ -469,14 +621,21 @@ static int session_open(const char *path, const unsigned char key[JUICE_KEY_LEN]
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
-	ptlen = gcm_open(key, (const unsigned char *)data, (int)hlen, body,
-			 body + NONCE_LEN, (int)ctlen, body + NONCE_LEN + ctlen,
-			 (unsigned char *)out->buf);
+	for (k = first; k < last && ptlen < 0; k++)
+		ptlen = gcm_open(keys->key[k], (const unsigned char *)data,
+				 (int)hlen, body, body + NONCE_LEN, (int)ctlen,
+				 body + NONCE_LEN + ctlen,
+				 (unsigned char *)out->buf);
 	if (ptlen < 0) {
 		snprintf(err, errlen, "%s failed verification: it was altered, "
 			 "truncated or sealed with another key", path);
 		goto out;
 	}
+	memcpy(out->cluster, h.cluster, sizeof(out->cluster));
+	out->job_id = h.job_id;
+	out->run = h.run;
+	memcpy(out->reservation, h.reservation, sizeof(out->reservation));
+	memcpy(out->key_id, keys->id[k - 1], sizeof(out->key_id));
 	out->buf[ptlen] = '\0';
 	if (parse_plaintext(out, (size_t)ptlen, err, errlen) < 0) {
 		char tmp[256];

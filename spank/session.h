@@ -1,11 +1,16 @@
 /*
  * session.h - open, verify and decrypt a Juice session file.
  *
- *   JUICE-SESSION v1 cluster=<cluster> job=<job id> run=<restart count>\n
+ *   JUICE-SESSION v2 cluster=<cluster> job=<job id> run=<restart count>
+ *     reservation=<uuid> key=<key id>\n          (one line)
  *   <12-byte nonce><AES-256-GCM ciphertext><16-byte tag>
  *
- * The header line (without its newline) is the associated data.  The
- * plaintext is NAME=VALUE\n lines, NAME matching JUICE_[A-Z0-9_]+.
+ * The header line (without its newline) is the associated data.  The key id
+ * names the cluster key that sealed it (juice_key_id): the current or the
+ * previous one (key rotation).  Version 1 (no reservation, no key id) is
+ * still opened, under either key: an older controller's file for a run made
+ * ready before an upgrade.  The plaintext is NAME=VALUE\n lines, NAME
+ * matching JUICE_[A-Z0-9_]+.
  *
  * Pure C + libcrypto, no Slurm: unit-tested by spank/test.
  */
@@ -22,6 +27,27 @@
 #define JUICE_SESSION_MAX_VARS 64           /* variables in one session */
 #define JUICE_SESSION_HEADER_MAX 256        /* bytes of the header line */
 #define JUICE_KEY_LEN 32
+#define JUICE_KEY_ID_LEN 16                 /* hex digits of a key id */
+#define JUICE_UUID_LEN 36                   /* a reservation, lower case */
+#define JUICE_KEYS_MAX 2                    /* the current and previous key */
+#define JUICE_KEY_PREVIOUS_SUFFIX ".previous"
+
+/* The keys a session file may be sealed under: [0] the current one. */
+struct juice_keys {
+	size_t n;
+	unsigned char key[JUICE_KEYS_MAX][JUICE_KEY_LEN];
+	char id[JUICE_KEYS_MAX][JUICE_KEY_ID_LEN + 1];
+};
+
+/* A session file's clear header. */
+struct juice_header {
+	int version;                          /* 1 or 2 */
+	char cluster[JUICE_CLUSTER_MAX + 1];
+	uint32_t job_id;
+	uint32_t run;
+	char reservation[JUICE_UUID_LEN + 1]; /* "" in version 1 */
+	char key_id[JUICE_KEY_ID_LEN + 1];    /* "" in version 1 */
+};
 
 struct juice_env_var {
 	const char *name;   /* point into juice_env.buf */
@@ -32,6 +58,8 @@ struct juice_env {
 	char cluster[JUICE_CLUSTER_MAX + 1];  /* from the verified header */
 	uint32_t job_id;
 	uint32_t run;
+	char reservation[JUICE_UUID_LEN + 1]; /* "" for a version 1 file */
+	char key_id[JUICE_KEY_ID_LEN + 1];    /* the key that opened it */
 	size_t n;
 	struct juice_env_var vars[JUICE_SESSION_MAX_VARS];
 	char *buf;          /* the plaintext, split in place; wiped on clear */
@@ -39,30 +67,48 @@ struct juice_env {
 };
 
 /*
- * Read a key file: 64 hex digits, optionally followed by one newline.
- * With strict != 0 the file must not be accessible to "other" (mode & 007).
- * Returns 0, or -1 with err.
+ * Read a key file: 64 hex digits, optionally followed by one newline.  The
+ * file must be a regular file (not a symlink) without any group or other
+ * permission bit (mode & 077 == 0).  Returns 0, or -1 with err.
  */
-int juice_key_load(const char *path, int strict,
-		   unsigned char key[JUICE_KEY_LEN], char *err, size_t errlen);
+int juice_key_load(const char *path, unsigned char key[JUICE_KEY_LEN],
+		   char *err, size_t errlen);
+
+/* The key id: the first 8 bytes of SHA-256("juice-slurm session key id\n"
+ * || key) in lower-case hex, as reconcile/session.KeyID. */
+void juice_key_id(const unsigned char key[JUICE_KEY_LEN],
+		  char id[JUICE_KEY_ID_LEN + 1]);
+
+/*
+ * Read the current key from path and the previous one from
+ * path.previous, which may be absent (any other failure to read it, a bad
+ * mode say, is an error).  Returns 0, or -1 with err; wipe with
+ * juice_keys_clear.
+ */
+int juice_keys_load(const char *path, struct juice_keys *keys, char *err,
+		    size_t errlen);
+void juice_keys_clear(struct juice_keys *keys);
 
 /*
  * Open, check and decrypt a session file.  cluster: NULL or "" = do not
- * check the cluster; run: -1 = any run.  On success returns 0 and fills
- * *out (free with juice_env_clear); on error returns -1 with a message in
- * err (no "juice: " prefix) and *out is empty.
+ * check the cluster; run: -1 = any run; reservation: NULL = not known (the
+ * compute node's case), else the file must be a version 2 file of that
+ * reservation.  A version 2 file opens only under the key its header names;
+ * a version 1 file under any of keys.  On success returns 0 and fills *out
+ * (free with juice_env_clear); on error returns -1 with a message in err (no
+ * "juice: " prefix) and *out is empty.
  */
-int juice_session_open(const char *path, const unsigned char key[JUICE_KEY_LEN],
+int juice_session_open(const char *path, const struct juice_keys *keys,
 		       const char *cluster, uint32_t job_id, long run,
-		       struct juice_env *out, char *err, size_t errlen);
+		       const char *reservation, struct juice_env *out,
+		       char *err, size_t errlen);
 
 /*
  * As juice_session_open, and the file must belong to owner and be writable
  * by its owner only (mode & 022 == 0): the state directory's owner, the
  * SlurmUser whose prolog writes the files (juice_state_enter).
  */
-int juice_session_open_owned(const char *path,
-			     const unsigned char key[JUICE_KEY_LEN],
+int juice_session_open_owned(const char *path, const struct juice_keys *keys,
 			     const char *cluster, uint32_t job_id, long run,
 			     uid_t owner, struct juice_env *out, char *err,
 			     size_t errlen);
@@ -120,11 +166,11 @@ int juice_session_check_request(const struct juice_env *env, const char *pool,
 void juice_env_clear(struct juice_env *env);
 
 /*
- * Parse a header line (no newline).  Returns 0, or -1 with err.  Exposed for
- * the tests and for the "any run" search.
+ * Parse a header line (no newline), version 2 or 1.  Returns 0, or -1 with
+ * err.  Exposed for the tests.
  */
-int juice_session_parse_header(const char *line, size_t len, char *cluster,
-			       size_t clusterlen, uint32_t *job_id,
-			       uint32_t *run, char *err, size_t errlen);
+int juice_session_parse_header(const char *line, size_t len,
+			       struct juice_header *h, char *err,
+			       size_t errlen);
 
 #endif

@@ -50,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (hexval(data[i]) < 0)
 			want = 0;
 	err[0] = '\0';
-	if (juice_key_load(scratch_path, 1, key, err, sizeof(err)) == 0) {
+	if (juice_key_load(scratch_path, key, err, sizeof(err)) == 0) {
 		if (!want)
 			abort();
 		for (i = 0; i < JUICE_KEY_LEN; i++)

@@ -13,7 +13,7 @@
  * The file is a private temporary file (mode 0600), rewritten per input.
  *
  * Oracles (abort = finding): an opened session has the expected job and
- * cluster, at most 64 variables, each JUICE_[A-Z0-9_]+ once, no newline in
+ * cluster, was opened by one of the two keys (current, previous), at most 64 variables, each JUICE_[A-Z0-9_]+ once, no newline in
  * a value; a refusal says why; juice_env_clear leaves nothing behind.
  */
 #include <stdint.h>
@@ -27,16 +27,28 @@
 #include "scratch.h"
 #include "session.h"
 
-/* test/vectors/session/key.hex */
+/* test/vectors/session/key.hex and key.hex.previous */
 static const unsigned char key[JUICE_KEY_LEN] =
 	"juice-slurm test vector key 32B!";
-static const char header[] = "JUICE-SESSION v1 cluster=juicetest job=1234 run=0";
+static const unsigned char prev_key[JUICE_KEY_LEN] =
+	"juice-slurm previous vector key!";
+static struct juice_keys keys;
+/* The vectors' run and reservation, and the current key's id (set up). */
+static char header[160];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
 	scratch_init("fuzz_session");
+	memcpy(keys.key[0], key, JUICE_KEY_LEN);
+	memcpy(keys.key[1], prev_key, JUICE_KEY_LEN);
+	juice_key_id(keys.key[0], keys.id[0]);
+	juice_key_id(keys.key[1], keys.id[1]);
+	keys.n = 2;
+	snprintf(header, sizeof(header), "JUICE-SESSION v2 cluster=juicetest "
+		 "job=1234 run=0 reservation=7c2b9e4a-1d3f-4b6a-8e5c-"
+		 "0a1b2c3d4e5f key=%s", keys.id[0]);
 	return 0;
 }
 
@@ -44,7 +56,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static size_t seal(const uint8_t *pt, size_t ptlen, unsigned char *out)
 {
 	static const unsigned char nonce[12] = "fuzz nonce!!";
-	size_t hlen = sizeof(header) - 1, o;
+	size_t hlen = strlen(header), o;
 	EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
 	int len = 0;
 
@@ -75,7 +87,10 @@ static void check_env(const struct juice_env *env)
 	size_t i, j;
 
 	if (env->job_id != 1234 || strcmp(env->cluster, "juicetest") != 0 ||
-	    env->n > JUICE_SESSION_MAX_VARS || !env->buf)
+	    env->n > JUICE_SESSION_MAX_VARS || !env->buf ||
+	    (strcmp(env->key_id, keys.id[0]) != 0 &&
+	     strcmp(env->key_id, keys.id[1]) != 0) ||
+	    (env->reservation[0] && strlen(env->reservation) != JUICE_UUID_LEN))
 		abort();
 	for (i = 0; i < env->n; i++) {
 		const char *name = env->vars[i].name;
@@ -114,8 +129,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	scratch_write(file, len);
 
 	err[0] = '\0';
-	rc = juice_session_open(scratch_path, key, "juicetest", 1234, -1, &env, err,
-				sizeof(err));
+	rc = juice_session_open(scratch_path, &keys, "juicetest", 1234, -1,
+				NULL, &env, err, sizeof(err));
 	if (rc < 0) {
 		if (err[0] == '\0' || env.buf || env.n)
 			abort();

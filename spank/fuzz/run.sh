@@ -31,6 +31,7 @@ seed_request() {  # every requests.tsv input, unescaped (\\ \t \n \xNN: printf %
 
 seed_key() {
 	cp "$VECTORS/session/key.hex" "$1/key.hex"
+	cp "$VECTORS/session/key.hex.previous" "$1/key.hex.previous"
 	head -c 64 "$VECTORS/session/key.hex" >"$1/key-no-newline"
 	tr a-f A-F <"$VECTORS/session/key.hex" >"$1/key-upper"
 	printf '0001020304\n' >"$1/key-short"

@@ -8,6 +8,7 @@ Same layout as test/vectors/session: an .expect file starts with
 `open cluster=C job=N run=N` (here also `cluster=` = do not check and
 `run=any`), then `ok` and the expected NAME=VALUE lines, or `error`.
 """
+import hashlib
 import os
 import sys
 
@@ -24,8 +25,19 @@ ENV = [
 ]
 
 
-def header(cluster="c1", job=42, run=0, version="v1"):
-    return f"JUICE-SESSION {version} cluster={cluster} job={job} run={run}".encode()
+RESERVATION = "3f6c2a1e-9b7d-4e5f-8a2c-1d0e9f8b7a6c"
+
+
+def key_id(key):
+    """reconcile/session.KeyID: SHA-256 over a label and the key, first 8 bytes in hex."""
+    return hashlib.sha256(b"juice-slurm session key id\n" + key).hexdigest()[:16]
+
+
+def header(cluster="c1", job=42, run=0, version="v2", key=KEY, reservation=RESERVATION):
+    h = f"JUICE-SESSION {version} cluster={cluster} job={job} run={run}"
+    if version == "v2":
+        h += f" reservation={reservation} key={key_id(key)}"
+    return h.encode()
 
 
 def seal(hdr, plaintext, key=KEY, nonce=b"\x01" * 12):
@@ -63,12 +75,21 @@ def main():
         "othercluster": (seal(header(cluster="c2"), lines(ENV)), ctx + "error\n"),
         "otherrun": (seal(header(run=1), lines(ENV)), ctx + "error\n"),
         "wrongkey": (seal(header(), lines(ENV), key=OTHER_KEY), ctx + "error\n"),
+        "unknown_key": (seal(header(key=OTHER_KEY), lines(ENV), key=OTHER_KEY), ctx + "error\n"),
+        "reservation_asked": (good, "open cluster=c1 job=42 run=0 reservation=" + RESERVATION + "\nok\n"
+                              + lines(ENV).decode()),
+        "other_reservation": (good, "open cluster=c1 job=42 run=0 reservation=" + RESERVATION[:-1] + "d\nerror\n"),
+        "v1": (seal(header(version="v1"), lines(ENV)), ok),
+        "v1_wrongkey": (seal(header(version="v1"), lines(ENV), key=OTHER_KEY), ctx + "error\n"),
+        "v1_with_v2_fields": (seal(header(version="v1") + b" reservation=" + RESERVATION.encode()
+                                   + b" key=" + key_id(KEY).encode(), lines(ENV)), ctx + "error\n"),
         "truncated": (good[:len(header()) + 1 + 20], ctx + "error\n"),
         "header_only": (header() + b"\n", ctx + "error\n"),
         "no_newline": (header(), ctx + "error\n"),
         "empty": (b"", ctx + "error\n"),
-        "badversion": (seal(header(version="v2"), lines(ENV)), ctx + "error\n"),
-        "badheader_leading_zero": (seal(b"JUICE-SESSION v1 cluster=c1 job=042 run=0", lines(ENV)),
+        "badversion": (seal(header(version="v3"), lines(ENV)), ctx + "error\n"),
+        "v2_without_fields": (seal(b"JUICE-SESSION v2 cluster=c1 job=42 run=0", lines(ENV)), ctx + "error\n"),
+        "badheader_leading_zero": (seal(header().replace(b"job=42", b"job=042"), lines(ENV)),
                                    ctx + "error\n"),
         "badheader_extra": (seal(header() + b" x=1", lines(ENV)), ctx + "error\n"),
         "badname": (seal(header(), b"PATH=/tmp/evil\n"), ctx + "error\n"),

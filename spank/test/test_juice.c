@@ -607,9 +607,9 @@ static void test_quote(void)
 
 /* One vector: parse <name>.expect, open <name>.session. */
 static void test_session_case(const char *dir, const char *name,
-			      const unsigned char key[JUICE_KEY_LEN])
+			      const struct juice_keys *keys)
 {
-	char path[4096], cluster[128], runs[32], err[2048];
+	char path[4096], cluster[128], runs[32], err[2048], res[64];
 	char *exp, *cur, *line;
 	struct juice_env env;
 	unsigned job;
@@ -625,10 +625,21 @@ static void test_session_case(const char *dir, const char *name,
 	cur = exp;
 	line = next_line(&cur, &lineno);
 	cluster[0] = '\0';
-	/* "open cluster=C job=N run=N"; C may be empty (= do not check). */
+	/* "open cluster=C job=N run=N [reservation=UUID]"; C may be empty
+	 * (= do not check); no reservation: not known (the compute node). */
+	res[0] = '\0';
 	{
 		const char *c = line ? strstr(line, "cluster=") : NULL;
 		const char *j = line ? strstr(line, " job=") : NULL;
+		const char *r = line ? strstr(line, " reservation=") : NULL;
+		if (r && (strlen(r + 13) != JUICE_UUID_LEN ||
+			  strchr(r + 13, ' '))) {
+			CHECK(0, "%s: bad reservation in the first line", path);
+			free(exp);
+			return;
+		}
+		if (r)
+			memcpy(res, r + 13, JUICE_UUID_LEN + 1);
 		if (!c || !j || strncmp(line, "open ", 5) != 0 ||
 		    (size_t)(j - c - 8) >= sizeof(cluster) ||
 		    sscanf(j, " job=%u run=%31s", &job, runs) != 2) {
@@ -650,8 +661,8 @@ static void test_session_case(const char *dir, const char *name,
 
 	snprintf(path, sizeof(path), "%s/%s.session", dir, name);
 	err[0] = '\0';
-	rc = juice_session_open(path, key, cluster, job, run, &env, err,
-				sizeof(err));
+	rc = juice_session_open(path, keys, cluster, job, run,
+				res[0] ? res : NULL, &env, err, sizeof(err));
 	if (!want_ok) {
 		CHECK(rc < 0, "%s: should be refused, opened with %zu vars",
 		      path, env.n);
@@ -696,18 +707,52 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Copy src to dst with mode 0600 (a checkout does not keep modes); 0 or -1
+ * (src missing). */
+static int copy_private(const char *src, const char *dst)
+{
+	size_t len;
+	char *data = slurp(src, &len);
+	FILE *f;
+
+	if (!data)
+		return -1;
+	unlink(dst);
+	f = fopen(dst, "w");
+	if (f) {
+		fwrite(data, 1, len, f);
+		fclose(f);
+	}
+	chmod(dst, 0600);
+	free(data);
+	return f ? 0 : -1;
+}
+
 static void test_session_dir(const char *dir)
 {
-	unsigned char key[JUICE_KEY_LEN];
-	char path[4096], err[1024], *names[256];
+	struct juice_keys keys;
+	char path[4096], err[1024], *names[256], tmp[] = "/tmp/juice-keys.XXXXXX";
+	char kpath[4200], kprev[4300];
 	struct dirent *de;
 	size_t n = 0, i;
+	int have_prev;
 	DIR *d;
 
 	printf("session vectors in %s:\n", dir);
+	/* key.hex, and key.hex.previous when the set has one. */
+	CHECK(mkdtemp(tmp) != NULL, "mkdtemp");
+	snprintf(kpath, sizeof(kpath), "%s/key.hex", tmp);
+	snprintf(kprev, sizeof(kprev), "%s%s", kpath, JUICE_KEY_PREVIOUS_SUFFIX);
 	snprintf(path, sizeof(path), "%s/key.hex", dir);
-	CHECK(juice_key_load(path, 0, key, err, sizeof(err)) == 0,
-	      "key: %s", err);
+	CHECK(copy_private(path, kpath) == 0, "cannot read %s", path);
+	snprintf(path, sizeof(path), "%s/key.hex%s", dir,
+		 JUICE_KEY_PREVIOUS_SUFFIX);
+	have_prev = copy_private(path, kprev) == 0;
+	CHECK(juice_keys_load(kpath, &keys, err, sizeof(err)) == 0 &&
+	      keys.n == (size_t)(have_prev ? 2 : 1), "keys: %s", err);
+	unlink(kpath);
+	unlink(kprev);
+	rmdir(tmp);
 	d = opendir(dir);
 	CHECK(d != NULL, "cannot open %s: %s", dir, strerror(errno));
 	if (!d)
@@ -721,9 +766,10 @@ static void test_session_dir(const char *dir)
 	qsort(names, n, sizeof(names[0]), cmp_str);
 	CHECK(n > 0, "%s holds no .expect files", dir);
 	for (i = 0; i < n; i++) {
-		test_session_case(dir, names[i], key);
+		test_session_case(dir, names[i], &keys);
 		free(names[i]);
 	}
+	juice_keys_clear(&keys);
 }
 
 static void write_file(const char *path, const char *s, mode_t mode)
@@ -747,34 +793,77 @@ static void test_key_and_find(void)
 	snprintf(path, sizeof(path), "%s/k", dir);
 	write_file(path, "000102030405060708090a0b0c0d0e0f"
 			 "101112131415161718191a1b1c1d1e1f", 0600);
-	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) == 0 &&
+	CHECK(juice_key_load(path, key, err, sizeof(err)) == 0 &&
 	      key[0] == 0 && key[31] == 0x1f, "key without newline: %s", err);
 	write_file(path, "000102030405060708090A0B0C0D0E0F"
 			 "101112131415161718191a1b1c1d1e1f\n", 0644);
-	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0 &&
+	CHECK(juice_key_load(path, key, err, sizeof(err)) < 0 &&
 	      strstr(err, "other users"), "world-readable key refused: %s",
 	      err);
-	/* F8: a group-readable key is refused too. */
-	chmod(path, 0640);
-	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0 &&
-	      strstr(err, "group"), "group-readable key refused: %s", err);
-	CHECK(juice_key_load(path, 0, key, err, sizeof(err)) == 0,
+	/* F8: any group or other bit refuses a key, everywhere. */
+	{
+		static const mode_t bits[] = { 0040, 0020, 0010, 0004, 0002,
+					       0001 };
+		size_t b;
+		for (b = 0; b < sizeof(bits) / sizeof(bits[0]); b++) {
+			chmod(path, 0600 | bits[b]);
+			CHECK(juice_key_load(path, key, err, sizeof(err)) < 0 &&
+			      strstr(err, "group or other"),
+			      "key with mode %04o refused: %s",
+			      (unsigned)(0600 | bits[b]), err);
+		}
+	}
+	chmod(path, 0600);
+	CHECK(juice_key_load(path, key, err, sizeof(err)) == 0,
 	      "key with newline, upper case: %s", err);
 	write_file(path, "0001020304\n", 0600);
-	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0,
+	CHECK(juice_key_load(path, key, err, sizeof(err)) < 0,
 	      "short key refused");
 	write_file(path, "000102030405060708090a0b0c0d0e0f"
 			 "101112131415161718191a1b1c1d1e1g\n", 0600);
-	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0,
+	CHECK(juice_key_load(path, key, err, sizeof(err)) < 0,
 	      "non-hex key refused");
 	write_file(path, "000102030405060708090a0b0c0d0e0f"
 			 "101112131415161718191a1b1c1d1e1f\n\n", 0600);
-	CHECK(juice_key_load(path, 1, key, err, sizeof(err)) < 0,
+	CHECK(juice_key_load(path, key, err, sizeof(err)) < 0,
 	      "key with two newlines refused");
-	CHECK(juice_key_load("", 1, key, err, sizeof(err)) < 0 &&
+	CHECK(juice_key_load("", key, err, sizeof(err)) < 0 &&
 	      strstr(err, "key="), "no key configured: %s", err);
-	CHECK(juice_key_load("/nonexistent/k", 1, key, err, sizeof(err)) < 0,
+	CHECK(juice_key_load("/nonexistent/k", key, err, sizeof(err)) < 0,
 	      "missing key file");
+
+	/* The current key and the previous one (rotation). */
+	{
+		struct juice_keys keys;
+		char prev[4300];
+		char id[JUICE_KEY_ID_LEN + 1];
+
+		write_file(path, "000102030405060708090a0b0c0d0e0f"
+				 "101112131415161718191a1b1c1d1e1f\n", 0600);
+		snprintf(prev, sizeof(prev), "%s.previous", path);
+		CHECK(juice_keys_load(path, &keys, err, sizeof(err)) == 0 &&
+		      keys.n == 1 && keys.key[0][31] == 0x1f,
+		      "no previous key: the current one alone: %s", err);
+		juice_key_id(keys.key[0], id);
+		CHECK(strcmp(id, keys.id[0]) == 0 && strlen(id) == 16 &&
+		      strspn(id, "0123456789abcdef") == 16, "key id %s", id);
+		write_file(prev, "ffffffffffffffffffffffffffffffff"
+				 "ffffffffffffffffffffffffffffffff\n", 0600);
+		CHECK(juice_keys_load(path, &keys, err, sizeof(err)) == 0 &&
+		      keys.n == 2 && keys.key[1][0] == 0xff &&
+		      strcmp(keys.id[0], keys.id[1]) != 0,
+		      "the previous key is read: %s", err);
+		chmod(prev, 0640);
+		CHECK(juice_keys_load(path, &keys, err, sizeof(err)) < 0 &&
+		      strstr(err, "group or other") && keys.n == 0,
+		      "a group-readable previous key is refused: %s", err);
+		unlink(prev);
+		CHECK(symlink(path, prev) == 0, "symlink");
+		CHECK(juice_keys_load(path, &keys, err, sizeof(err)) < 0,
+		      "a symlinked previous key is refused");
+		unlink(prev);
+		juice_keys_clear(&keys);
+	}
 	unlink(path);
 
 	/* Finding the session file: the newest at or above the bound. */
@@ -855,7 +944,7 @@ static int state_identity_as_squashed_root(const char *dir)
 	char path[4200], other[4200], err[1024];
 	struct juice_state_id id;
 	struct juice_env env;
-	unsigned char key[JUICE_KEY_LEN] = { 0 };
+	struct juice_keys keys = { .n = 1 };
 	uint32_t run = 99;
 	int fd;
 
@@ -881,11 +970,11 @@ static int state_identity_as_squashed_root(const char *dir)
 				 sizeof(err)) == 0 && run == 0,
 	      "the owner's identity reads the directory: %s", err);
 	/* The file opens and is read: it fails later, on its header. */
-	CHECK(juice_session_open_owned(path, key, "c1", 42, 0, id.owner, &env,
+	CHECK(juice_session_open_owned(path, &keys, "c1", 42, 0, id.owner, &env,
 				       err, sizeof(err)) < 0 &&
 	      strstr(err, "header") && !strstr(err, "cannot open"),
 	      "the owner's identity reads the file: %s", err);
-	CHECK(juice_session_open_owned(other, key, "c1", 43, 0, id.owner, &env,
+	CHECK(juice_session_open_owned(other, &keys, "c1", 43, 0, id.owner, &env,
 				       err, sizeof(err)) < 0 &&
 	      strstr(err, "belongs to uid"), "a file of another owner "
 	      "is refused: %s", err);
@@ -956,9 +1045,12 @@ static void test_state_identity(void)
 
 static void test_header(void)
 {
-	char c[64], err[256];
-	uint32_t j, r;
-	const char *good = "JUICE-SESSION v1 cluster=c1 job=4294967295 run=0";
+	char err[256];
+	struct juice_header h;
+	const char *good1 = "JUICE-SESSION v1 cluster=c1 job=4294967295 run=0";
+	const char *good2 = "JUICE-SESSION v2 cluster=c1 job=7 run=3 "
+		"reservation=7c2b9e4a-1d3f-4b6a-8e5c-0a1b2c3d4e5f "
+		"key=0123456789abcdef";
 	const char *bad[] = {
 		"JUICE-SESSION v1 cluster=c1 job=4294967296 run=0",
 		"JUICE-SESSION v1 cluster=c1 job=1 run=-1",
@@ -970,18 +1062,42 @@ static void test_header(void)
 		"JUICE-SESSION  v1 cluster=c1 job=1 run=0",
 		"juice-session v1 cluster=c1 job=1 run=0",
 		"JUICE-SESSION v10 cluster=c1 job=1 run=0",
+		"JUICE-SESSION v1 cluster=c1 job=1 run=0 reservation="
+			"7c2b9e4a-1d3f-4b6a-8e5c-0a1b2c3d4e5f key=0123456789abcdef",
+		"JUICE-SESSION v2 cluster=c1 job=1 run=0",
+		"JUICE-SESSION v2 cluster=c1 job=1 run=0 reservation="
+			"7C2B9E4A-1D3F-4B6A-8E5C-0A1B2C3D4E5F key=0123456789abcdef",
+		"JUICE-SESSION v2 cluster=c1 job=1 run=0 reservation="
+			"7c2b9e4a1d3f-4b6a-8e5c-0a1b2c3d4e5f0 key=0123456789abcdef",
+		"JUICE-SESSION v2 cluster=c1 job=1 run=0 reservation="
+			"7c2b9e4a-1d3f-4b6a-8e5c-0a1b2c3d4e5 key=0123456789abcdef",
+		"JUICE-SESSION v2 cluster=c1 job=1 run=0 reservation="
+			"7c2b9e4a-1d3f-4b6a-8e5c-0a1b2c3d4e5f key=0123456789abcde",
+		"JUICE-SESSION v2 cluster=c1 job=1 run=0 reservation="
+			"7c2b9e4a-1d3f-4b6a-8e5c-0a1b2c3d4e5f key=0123456789abcdef0",
+		"JUICE-SESSION v2 cluster=c1 job=1 run=0 reservation="
+			"7c2b9e4a-1d3f-4b6a-8e5c-0a1b2c3d4e5f key=0123456789ABCDEF",
+		"JUICE-SESSION v2 cluster=c1 job=1 run=0 key=0123456789abcdef "
+			"reservation=7c2b9e4a-1d3f-4b6a-8e5c-0a1b2c3d4e5f",
+		"JUICE-SESSION v3 cluster=c1 job=1 run=0",
 		NULL,
 	};
 	int i;
 
-	CHECK(juice_session_parse_header(good, strlen(good), c, sizeof(c), &j,
-					 &r, err, sizeof(err)) == 0 &&
-	      j == 4294967295U && r == 0 && strcmp(c, "c1") == 0,
-	      "good header: %s", err);
+	CHECK(juice_session_parse_header(good1, strlen(good1), &h, err,
+					 sizeof(err)) == 0 && h.version == 1 &&
+	      h.job_id == 4294967295U && h.run == 0 &&
+	      strcmp(h.cluster, "c1") == 0 && h.reservation[0] == '\0' &&
+	      h.key_id[0] == '\0', "good v1 header: %s", err);
+	CHECK(juice_session_parse_header(good2, strlen(good2), &h, err,
+					 sizeof(err)) == 0 && h.version == 2 &&
+	      h.job_id == 7 && h.run == 3 &&
+	      strcmp(h.reservation, "7c2b9e4a-1d3f-4b6a-8e5c-0a1b2c3d4e5f") ==
+		      0 && strcmp(h.key_id, "0123456789abcdef") == 0,
+	      "good v2 header: %s", err);
 	for (i = 0; bad[i]; i++)
-		CHECK(juice_session_parse_header(bad[i], strlen(bad[i]), c,
-						 sizeof(c), &j, &r, err,
-						 sizeof(err)) < 0,
+		CHECK(juice_session_parse_header(bad[i], strlen(bad[i]), &h,
+						 err, sizeof(err)) < 0,
 		      "bad header accepted: %s", bad[i]);
 }
 

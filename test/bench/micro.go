@@ -27,7 +27,9 @@ var microGrant = session.Grant{SessionID: "f0509388-5c1e-4c36-9a4e-3f4f1c1f9e01"
 
 func microEnv() (session.Binding, []session.EnvVar) {
 	run := reconcile.RunID{Cluster: Cluster, JobID: 12345, Run: 1}
-	return run.Binding(), session.Env(mustRequest(), microGrant)
+	b := run.Binding()
+	b.Reservation = uuid.MustParse("5d7c1a2e-3b4f-4c6d-9e8f-0a1b2c3d4e5f")
+	return b, session.Env(mustRequest(), microGrant)
 }
 
 // Micros are the micro-benchmarks: the per-job work on the hot paths (the poller parses every listed job's
@@ -73,7 +75,7 @@ var Micros = []Micro{
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := session.Open(microKey, sealed, run); err != nil {
+			if _, err := session.Open(sealed, run, microKey); err != nil {
 				b.Fatal(err)
 			}
 		}
