@@ -36,11 +36,12 @@ var settingCommands = map[string]func(*flag.FlagSet){
 	"release":    func(fs *flag.FlagSet) { jobFlags(fs) },
 	"version":    func(fs *flag.FlagSet) { versionFlags(fs) },
 	"migrate":    func(fs *flag.FlagSet) { migrateFlags(fs) },
+	"key":        func(fs *flag.FlagSet) { keyFlags(fs) },
 }
 
 // commandLineOnly are flags about one invocation's output: neither the file nor the environment sets them, so a
 // script that runs `status --json` gets JSON and one that runs `status` gets the table, whatever the host says.
-var commandLineOnly = map[string]bool{"json": true, "all": true, "check": true, "config": true, "events": true}
+var commandLineOnly = map[string]bool{"json": true, "all": true, "check": true, "config": true, "events": true, "from": true}
 
 // knownSettings is every name the configuration file may hold.
 func knownSettings() map[string]bool {

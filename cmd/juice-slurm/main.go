@@ -6,6 +6,7 @@
 //	juice-slurm status              runs by state and pool, and who leads
 //	juice-slurm describe job N      every transition of each run of job N, with its reason
 //	juice-slurm release job N       release job N's sessions now
+//	juice-slurm key show|rotate|retire  the cluster key's rotation (current and previous key)
 //	juice-slurm settings [COMMAND]  the settings a command runs with, and where each came from
 //	juice-slurm version
 //
@@ -35,6 +36,7 @@ Usage:
   juice-slurm describe job N [flags]      the history of job N's reservations
   juice-slurm release job N [flags]       release job N's sessions now
   juice-slurm jobs [--events] [flags]     your own Juice jobs' runs and history (for users: MUNGE, no database)
+  juice-slurm key show|rotate|retire      the cluster key: its ids; a new one, keeping the old as previous; drop the previous
   juice-slurm settings [COMMAND] [flags]  the settings COMMAND (default controller) runs with, and their source
   juice-slurm version [flags]             the binary's version and schema (and the database's)
 
@@ -123,6 +125,8 @@ func run(ctx context.Context, args []string) error {
 			return usageError{fmt.Errorf("usage: juice-slurm %s job N [flags]", cmd)}
 		}
 		return runJobCommand(ctx, os.Stdout, cmd, rest[1], rest[2:])
+	case "key":
+		return runKey(os.Stdout, rest)
 	case "settings":
 		return runSettings(os.Stdout, rest)
 	case "version", "--version":
