@@ -191,8 +191,10 @@ func (a *HookServer) prolog(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	// Ready means ready with the file sealed for this very job: an array element reserved ahead is sealed again
+	// for its job once bound to it.
 	out := a.wait(r.Context(), res, in.WaitSeconds, func(r *reconcile.Reservation) bool {
-		return r.Status.State == reconcile.StateReady || r.Failed() || r.Status.State.Final() || !r.Spec.Wanted
+		return r.SealedFor() || r.Failed() || r.Status.State.Final() || !r.Spec.Wanted
 	})
 	rep := hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting, State: string(out.Status.State), Reason: out.Status.Reason}
 	switch {
@@ -201,10 +203,15 @@ func (a *HookServer) prolog(w http.ResponseWriter, r *http.Request) {
 	case !out.Spec.Wanted || out.Status.State.Final():
 		rep.Outcome = hookapi.OutcomeFailed
 		rep.Reason = "the reservation was let go before the job started: " + out.Spec.WantReason
-	case out.Status.State == reconcile.StateReady:
+	case out.SealedFor():
 		sealed, err := a.Store.Sealed(r.Context(), out.ID)
 		if err != nil || sealed == nil {
 			// Moved on since it was read (lost, say): the next call sees where it went.
+			break
+		}
+		if h, err := session.HeaderOf(sealed); err != nil || h.Binding.Cluster != run.Cluster || h.Binding.JobID != run.JobID ||
+			h.Binding.Run != run.Run || h.Binding.Reservation != out.ID {
+			// Never a file sealed for another job: sealed again since it was read, the next call gets it.
 			break
 		}
 		rep.Outcome, rep.Session, rep.File = hookapi.OutcomeReady, sealed, session.FileName(out.Run.Binding())
@@ -231,6 +238,10 @@ func (a *HookServer) register(ctx context.Context, run reconcile.RunID) (reconci
 	}
 	if err != nil {
 		return reconcile.Reservation{}, &hookapi.PrologReply{Outcome: hookapi.OutcomeFailed, Reason: err.Error()}, nil
+	}
+	// An array's element may have been reserved ahead, before slurmctld gave it this job id: EnsureRun binds it.
+	if j.Array != nil && j.Array.HasTask {
+		run.ArrayJobID, run.ArrayTaskID = j.Array.JobID, j.Array.TaskID
 	}
 	res, created, err := a.Store.EnsureRun(ctx, reconcile.NewReservation{Run: run, Request: req, UserName: j.UserName,
 		Partition: j.Partition, JobState: string(j.State), Reason: "registered by the prolog: " + req.Describe()})

@@ -46,6 +46,9 @@ func (a *JobActor) Act(ctx context.Context, id uuid.UUID) error {
 	if err != nil {
 		return err
 	}
+	if r.Run.JobID == 0 {
+		return nil // an array element not started yet: no job of its own to act on
+	}
 	switch reconcile.DecideJob(&r) {
 	case reconcile.JobBeginNow:
 		err := a.Slurm.UpdateJob(ctx, r.Run.JobID, slurmrest.JobUpdate{BeginNow: true})

@@ -100,6 +100,9 @@ func (p *Poller) Poll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := p.bind(ctx, open); err != nil {
+		return err
+	}
 	have := make(map[reconcile.RunID]bool, len(open))
 	for _, r := range open {
 		have[r.Run] = true
@@ -118,6 +121,23 @@ func (p *Poller) Poll(ctx context.Context) error {
 	var cands []reconcile.Candidate
 	want := map[reconcile.RunID]bool{}
 	for _, j := range p.snapshot {
+		if j.Remainder() {
+			// An array's pending remainder is not a run: its next pending elements are, each a candidate.
+			if j.State != slurmrest.StatePending || j.Held() {
+				continue
+			}
+			tasks, err := j.Array.PendingTasks(p.Lookahead.ArrayCandidates())
+			if err != nil {
+				p.Log.Info("cannot read an array's pending elements; none reserved ahead", "job", j.ID, "error", err.Error())
+				continue
+			}
+			for _, t := range tasks {
+				if run := p.element(&j, t); !done[run] {
+					cands = append(cands, p.candidate(&j, run))
+				}
+			}
+			continue
+		}
 		run := p.run(&j)
 		if done[run] {
 			continue
@@ -125,10 +145,7 @@ func (p *Poller) Poll(ctx context.Context) error {
 		switch j.State {
 		case slurmrest.StatePending:
 			if !j.Held() {
-				req, _ := JobRequest(&j, p.TrustComment)
-				cands = append(cands, reconcile.Candidate{Run: run, Request: req, User: j.UserName, Account: j.Account, Priority: j.Priority,
-					SubmitTime: j.SubmitTime, StateReason: j.StateReason, ExpectedStart: j.StartTime,
-					BeginTime: j.EligibleTime})
+				cands = append(cands, p.candidate(&j, run))
 			}
 		case slurmrest.StateConfiguring, slurmrest.StateRunning, slurmrest.StateSuspended:
 			want[run] = true
@@ -143,9 +160,14 @@ func (p *Poller) Poll(ctx context.Context) error {
 			continue
 		}
 		j := p.snapshot[run.JobID]
+		what := fmt.Sprintf("job %d", j.ID)
+		if run.Unbound() {
+			j = p.snapshot[run.ArrayJobID]
+			what = fmt.Sprintf("array element %d_%d", run.ArrayJobID, run.ArrayTaskID)
+		}
 		req, _ := JobRequest(&j, p.TrustComment)
 		news = append(news, reconcile.NewReservation{Run: run, Request: req, UserName: j.UserName, Partition: j.Partition,
-			JobState: string(j.State), Reason: fmt.Sprintf("job %d %s: reserving %s", j.ID, j.State, req.Describe())})
+			JobState: string(j.State), Reason: fmt.Sprintf("%s %s: reserving %s", what, j.State, req.Describe())})
 	}
 	created, err := p.Store.Ensure(ctx, news)
 	if err != nil {
@@ -164,8 +186,62 @@ func (p *Poller) Poll(ctx context.Context) error {
 	return nil
 }
 
+// bind binds each open reservation of an array element reserved ahead to the job id slurmctld gave the element,
+// once the listing shows the element as a job of its own.
+func (p *Poller) bind(ctx context.Context, open []reconcile.Reservation) error {
+	type element struct{ array, task uint32 }
+	var split map[element]uint32
+	for i := range open {
+		r := &open[i]
+		if !r.Run.Unbound() {
+			continue
+		}
+		if split == nil {
+			split = map[element]uint32{}
+			for _, j := range p.snapshot {
+				if j.Array != nil && j.Array.HasTask {
+					split[element{j.Array.JobID, j.Array.TaskID}] = j.ID
+				}
+			}
+		}
+		job, ok := split[element{r.Run.ArrayJobID, r.Run.ArrayTaskID}]
+		if !ok || p.snapshot[job].Run != r.Run.Run {
+			continue
+		}
+		if _, err := p.Store.Bind(ctx, r.Run.Bound(job)); err != nil {
+			return err
+		}
+		p.Log.Info("array element bound to its job", "job", job, "run", r.Run.Run, "array", r.Run.ArrayJobID, "task", r.Run.ArrayTaskID)
+		r.Run = r.Run.Bound(job)
+		p.Enqueue(r.ID)
+	}
+	return nil
+}
+
+// observeElement records what Slurm says of an array element reserved ahead, still in its array's remainder.
+func (p *Poller) observeElement(ctx context.Context, r *reconcile.Reservation) error {
+	j, ok := p.snapshot[r.Run.ArrayJobID]
+	pending, known := false, true
+	if ok {
+		pending, known = j.Array.StillPending(r.Run.ArrayTaskID)
+	}
+	switch {
+	case !known:
+		return nil // slurmctld's text of the pending elements was cut short before this one
+	case !pending:
+		// Not pending in the remainder, and not a job of its own (bind found none): cancelled while pending.
+		return p.unwant(ctx, r, "GONE", fmt.Sprintf("array element %d_%d is no longer pending", r.Run.ArrayJobID, r.Run.ArrayTaskID), true)
+	case j.Held():
+		return p.unwant(ctx, r, string(j.State), fmt.Sprintf("array %d is held (%s)", j.ID, j.StateReason), false)
+	}
+	return p.record(ctx, r, string(j.State), j.StateReason)
+}
+
 // observe records what Slurm says of one open reservation's job.
 func (p *Poller) observe(ctx context.Context, r *reconcile.Reservation) error {
+	if r.Run.Unbound() {
+		return p.observeElement(ctx, r)
+	}
 	j, ok := p.snapshot[r.Run.JobID]
 	if !ok {
 		// Missing from a good listing: the job aged out of slurmctld after it ended, or its request is gone.
@@ -218,7 +294,22 @@ func (p *Poller) unwant(ctx context.Context, r *reconcile.Reservation, state, wh
 }
 
 func (p *Poller) run(j *slurmrest.Job) reconcile.RunID {
-	return reconcile.RunID{Cluster: p.Cluster, JobID: j.ID, Run: j.Run}
+	run := reconcile.RunID{Cluster: p.Cluster, JobID: j.ID, Run: j.Run}
+	if j.Array != nil && j.Array.HasTask {
+		run.ArrayJobID, run.ArrayTaskID = j.Array.JobID, j.Array.TaskID
+	}
+	return run
+}
+
+// element is the run of task of the array whose remainder is j: not started, so without a job id of its own.
+func (p *Poller) element(j *slurmrest.Job, task uint32) reconcile.RunID {
+	return reconcile.RunID{Cluster: p.Cluster, Run: 0, ArrayJobID: j.Array.JobID, ArrayTaskID: task}
+}
+
+func (p *Poller) candidate(j *slurmrest.Job, run reconcile.RunID) reconcile.Candidate {
+	req, _ := JobRequest(j, p.TrustComment)
+	return reconcile.Candidate{Run: run, Request: req, User: j.UserName, Account: j.Account, Priority: j.Priority,
+		SubmitTime: j.SubmitTime, StateReason: j.StateReason, ExpectedStart: j.StartTime, BeginTime: j.EligibleTime}
 }
 
 // JobRequest is the Juice request a job carries, if it carries one that is trusted: its admin_comment, which only

@@ -7,7 +7,7 @@ import (
 
 func TestDecideJob(t *testing.T) {
 	r := func(run int, state State, wanted bool, jobState, reason string) *Reservation {
-		return &Reservation{Run: RunID{"c", 1, run}, Status: Status{State: state},
+		return &Reservation{Run: RunID{Cluster: "c", JobID: 1, Run: run}, Status: Status{State: state},
 			Spec: Spec{Wanted: wanted, JobState: jobState, JobReason: reason}}
 	}
 	for _, tc := range []struct {
@@ -33,7 +33,7 @@ func TestDecideJob(t *testing.T) {
 // whose job ended or that was let go.
 func TestDecideJobLostSession(t *testing.T) {
 	lost := func(mod func(r *Reservation)) *Reservation {
-		r := &Reservation{Run: RunID{"c", 1, 0}, Status: Status{State: StateFailed, ReadyAt: time.Unix(1700000000, 0),
+		r := &Reservation{Run: RunID{Cluster: "c", JobID: 1}, Status: Status{State: StateFailed, ReadyAt: time.Unix(1700000000, 0),
 			FailReason: "lost: session s is on agent a, which is closed"}, Spec: Spec{Wanted: true, JobState: "RUNNING"}}
 		if mod != nil {
 			mod(r)

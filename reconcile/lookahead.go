@@ -43,6 +43,17 @@ type Lookahead struct {
 // account's, and for any job expected within 2 minutes.
 var DefaultLookahead = Lookahead{PerPool: 4, PerUser: 2, PerAccount: 3, Window: 2 * time.Minute}
 
+// ArrayCandidates is how many of an array's pending elements (its remainder's first task ids, in Slurm's order)
+// are offered to Select: no more than a pool's places, since no more could be picked by priority, and no more
+// than that are reserved through Slurm's expected start time either, which the remainder gives once for all its
+// elements.
+func (l Lookahead) ArrayCandidates() int {
+	if l.PerPool < 1 {
+		return 1
+	}
+	return l.PerPool
+}
+
 // A Candidate is a pending Juice job as the poller saw it.
 type Candidate struct {
 	Run     RunID
@@ -85,7 +96,17 @@ func (c Candidate) BeginsWithin(now time.Time, window time.Duration) bool {
 	return window > 0 && c.StateReason == "BeginTime" && !c.BeginTime.IsZero() && !c.BeginTime.After(now.Add(window))
 }
 
-// Select returns the runs to reserve for now.
+// order is the job id a run sorts by among runs of equal priority and submission: an array element's array id,
+// whichever job id slurmctld gave it.
+func (r RunID) order() uint32 {
+	if r.Element() {
+		return r.ArrayJobID
+	}
+	return r.JobID
+}
+
+// Select returns the runs to reserve for now. An array's pending elements are candidates one by one (see
+// ArrayCandidates), each taking its place under the caps as any job does.
 func (l Lookahead) Select(now time.Time, cands []Candidate) map[RunID]bool {
 	out := map[RunID]bool{}
 	byPool := map[string][]Candidate{}
@@ -112,7 +133,11 @@ func (l Lookahead) Select(now time.Time, cands []Candidate) map[RunID]bool {
 		if !all[i].SubmitTime.Equal(all[j].SubmitTime) {
 			return all[i].SubmitTime.Before(all[j].SubmitTime)
 		}
-		return all[i].Run.JobID < all[j].Run.JobID
+		// An array's elements share its priority and submission: they go in Slurm's order, by task id.
+		if a, b := all[i].Run.order(), all[j].Run.order(); a != b {
+			return a < b
+		}
+		return all[i].Run.ArrayTaskID < all[j].Run.ArrayTaskID
 	})
 	perPool, perUser, perAccount := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, c := range all {

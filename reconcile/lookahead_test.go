@@ -12,7 +12,7 @@ import (
 func TestLookahead(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	c := func(job uint32, pool string, prio uint64, reason string) Candidate {
-		return Candidate{Run: RunID{"c", job, 0}, Request: request.Request{Pool: pool, GPUs: 1}, Priority: prio,
+		return Candidate{Run: RunID{Cluster: "c", JobID: job}, Request: request.Request{Pool: pool, GPUs: 1}, Priority: prio,
 			SubmitTime: now.Add(-time.Duration(job) * time.Second), StateReason: reason}
 	}
 	cands := []Candidate{
@@ -22,7 +22,7 @@ func TestLookahead(t *testing.T) {
 	got := Lookahead{PerPool: 2}.Select(now, cands)
 	// Pool a: held 4 and begin-time 5 are not eligible; 2 (30) first, then 3 and 7 tie at 20 and 7 was
 	// submitted earlier. Pool b has its own cap.
-	require.Equal(t, map[RunID]bool{{"c", 2, 0}: true, {"c", 7, 0}: true, {"c", 6, 0}: true}, got)
+	require.Equal(t, map[RunID]bool{{Cluster: "c", JobID: 2, Run: 0}: true, {Cluster: "c", JobID: 7, Run: 0}: true, {Cluster: "c", JobID: 6, Run: 0}: true}, got)
 
 	late := c(8, "a", 1, "Resources")
 	late.ExpectedStart = now.Add(time.Minute)
@@ -45,14 +45,14 @@ func TestLookahead(t *testing.T) {
 func TestLookaheadIsFairPerUser(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	c := func(job uint32, user string, prio uint64, reason string) Candidate {
-		return Candidate{Run: RunID{"c", job, 0}, Request: request.Request{Pool: "p", GPUs: 1}, User: user, Priority: prio,
+		return Candidate{Run: RunID{Cluster: "c", JobID: job}, Request: request.Request{Pool: "p", GPUs: 1}, User: user, Priority: prio,
 			SubmitTime: now.Add(-time.Duration(job) * time.Second), StateReason: reason}
 	}
 	// alice's four jobs outrank bob's; two of hers wait for a license.
 	cands := []Candidate{c(1, "alice", 90, "Licenses"), c(2, "alice", 80, "Licenses"), c(3, "alice", 70, "Priority"),
 		c(4, "alice", 60, "Priority"), c(5, "alice", 50, "Resources"), c(6, "bob", 10, "Priority")}
 	got := Lookahead{PerPool: 4, PerUser: 2}.Select(now, cands)
-	require.Equal(t, map[RunID]bool{{"c", 3, 0}: true, {"c", 4, 0}: true, {"c", 6, 0}: true}, got)
+	require.Equal(t, map[RunID]bool{{Cluster: "c", JobID: 3, Run: 0}: true, {Cluster: "c", JobID: 4, Run: 0}: true, {Cluster: "c", JobID: 6, Run: 0}: true}, got)
 	require.False(t, c(1, "alice", 90, "Licenses").Eligible(), "a license wait is not likely to clear soon")
 
 	// The cap is over all pools, and PerUser 0 means none.
@@ -70,13 +70,13 @@ func TestLookaheadIsFairPerUser(t *testing.T) {
 func TestLookaheadIsFairPerAccount(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	c := func(job uint32, user, account string, prio uint64) Candidate {
-		return Candidate{Run: RunID{"c", job, 0}, Request: request.Request{Pool: "p", GPUs: 1}, User: user, Account: account,
+		return Candidate{Run: RunID{Cluster: "c", JobID: job}, Request: request.Request{Pool: "p", GPUs: 1}, User: user, Account: account,
 			Priority: prio, SubmitTime: now.Add(-time.Duration(job) * time.Second), StateReason: "Priority"}
 	}
 	cands := []Candidate{c(1, "ann", "lab1", 90), c(2, "ben", "lab1", 80), c(3, "cat", "lab1", 70), c(4, "dan", "lab1", 60),
 		c(5, "eve", "lab2", 10)}
 	l := Lookahead{PerPool: 4, PerUser: 2, PerAccount: 2}
-	require.Equal(t, map[RunID]bool{{"c", 1, 0}: true, {"c", 2, 0}: true, {"c", 5, 0}: true}, l.Select(now, cands))
+	require.Equal(t, map[RunID]bool{{Cluster: "c", JobID: 1, Run: 0}: true, {Cluster: "c", JobID: 2, Run: 0}: true, {Cluster: "c", JobID: 5, Run: 0}: true}, l.Select(now, cands))
 
 	l.PerAccount = 0
 	require.Equal(t, 4, count(l.Select(now, cands), 1, 2, 3, 4), "PerAccount 0: no cap")
@@ -89,7 +89,7 @@ func TestLookaheadIsFairPerAccount(t *testing.T) {
 func count(got map[RunID]bool, jobs ...uint32) int {
 	n := 0
 	for _, j := range jobs {
-		if got[RunID{"c", j, 0}] {
+		if got[RunID{Cluster: "c", JobID: j}] {
 			n++
 		}
 	}
@@ -101,7 +101,7 @@ func count(got map[RunID]bool, jobs ...uint32) int {
 func TestLookaheadBeginTime(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	c := func(job uint32, reason string, begin time.Duration) Candidate {
-		return Candidate{Run: RunID{"c", job, 0}, Request: request.Request{Pool: "a", GPUs: 1}, Priority: 1,
+		return Candidate{Run: RunID{Cluster: "c", JobID: job}, Request: request.Request{Pool: "a", GPUs: 1}, Priority: 1,
 			SubmitTime: now.Add(-time.Hour), StateReason: reason, BeginTime: now.Add(begin), ExpectedStart: now.Add(begin)}
 	}
 	soon, later, held := c(1, "BeginTime", time.Minute), c(2, "BeginTime", time.Hour), c(3, "JobHeldUser", time.Minute)
@@ -116,4 +116,31 @@ func TestLookaheadBeginTime(t *testing.T) {
 	require.Empty(t, Lookahead{PerPool: 4}.Select(now, []Candidate{soon, later}), "window off: begin-time jobs wait")
 	// Later, the window reaches the far one.
 	require.True(t, Lookahead{Window: 2 * time.Minute}.Select(now.Add(59*time.Minute), []Candidate{later})[later.Run])
+}
+
+// An array's pending elements are candidates in Slurm's order (task id), whatever job id slurmctld gave those
+// already split off, each taking a place under the per-pool and per-user caps as any job does.
+func TestLookaheadPicksArrayElementsInOrderUnderTheCaps(t *testing.T) {
+	now := time.Now()
+	submitted := now.Add(-time.Minute)
+	elem := func(task uint32, job uint32, user string) Candidate {
+		return Candidate{Run: RunID{Cluster: "c", JobID: job, ArrayJobID: 40, ArrayTaskID: task},
+			Request: request.Request{Pool: "p", GPUs: 1}, User: user, Priority: 10, SubmitTime: submitted, StateReason: "Priority"}
+	}
+	// Elements 5..9 of array 40 are pending in its remainder (no job id); element 3 was split off as job 97
+	// (held back, say) and is pending too. Another user's job 50 came later with the same priority.
+	cands := []Candidate{elem(9, 0, "ann"), elem(6, 0, "ann"), elem(5, 0, "ann"), elem(8, 0, "ann"), elem(7, 0, "ann"),
+		elem(3, 97, "ann")}
+	other := Candidate{Run: RunID{Cluster: "c", JobID: 50}, Request: request.Request{Pool: "p", GPUs: 1}, User: "bob",
+		Priority: 10, SubmitTime: now, StateReason: "Priority"}
+	cands = append(cands, other)
+
+	got := Lookahead{PerPool: 4, PerUser: 3}.Select(now, cands)
+	require.Equal(t, map[RunID]bool{elem(3, 97, "").Run: true, elem(5, 0, "").Run: true, elem(6, 0, "").Run: true,
+		other.Run: true}, got, "ann's first three in task order, then bob's within the pool's four")
+
+	got = Lookahead{PerPool: 2}.Select(now, cands)
+	require.Equal(t, map[RunID]bool{elem(3, 97, "").Run: true, elem(5, 0, "").Run: true}, got)
+	require.Equal(t, 2, Lookahead{PerPool: 2}.ArrayCandidates())
+	require.Equal(t, 1, Lookahead{}.ArrayCandidates(), "one for the window when none are reserved by priority")
 }

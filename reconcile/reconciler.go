@@ -21,6 +21,8 @@ type Store interface {
 	// SaveStatus writes r's status, read at r.Status.Version, and t as an event; ErrConflict when the status
 	// changed since.
 	SaveStatus(ctx context.Context, r *Reservation, t Transition) error
+	// Sealed returns a reservation's sealed session file (to seal it again for the job an array element became).
+	Sealed(ctx context.Context, id uuid.UUID) ([]byte, error)
 }
 
 // Reconciler is the one actor that moves reservations along the state machine: it drives each reservation
@@ -68,6 +70,9 @@ func (rc *Reconciler) Reconcile(ctx context.Context, id uuid.UUID) (Result, erro
 		return Result{}, err
 	}
 	log := rc.Log.WithValues("job", r.Run.JobID, "run", r.Run.Run, "reservation", r.ID)
+	if r.Run.Element() {
+		log = log.WithValues("array", r.Run.ArrayJobID, "task", r.Run.ArrayTaskID)
+	}
 	for i := 0; i < maxSteps; i++ {
 		if r.Status.State.Final() {
 			return Result{}, nil
@@ -186,6 +191,15 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 		return Result{RequeueAfter: rc.WaitPoll}, true, nil
 
 	case StateReady:
+		// An array element reserved ahead was sealed before slurmctld gave it its job id: now that it is bound,
+		// the file is sealed again for that job, from the one sealed before, without asking the controller.
+		if r.Run.JobID != 0 && r.Status.SealedJobID != r.Run.JobID {
+			if err := rc.reseal(ctx, r); err != nil {
+				return Result{}, true, fmt.Errorf("seal the session file again for job %d: %w", r.Run.JobID, err)
+			}
+			return Result{}, false, rc.apply(ctx, log, r, EventBound,
+				fmt.Sprintf("session %s sealed for job %d (array element %d_%d)", r.Status.SessionID, r.Run.JobID, r.Run.ArrayJobID, r.Run.ArrayTaskID))
+		}
 		if rc.Liveness != nil {
 			return rc.checkLive(ctx, log, r)
 		}
@@ -280,6 +294,41 @@ func (rc *Reconciler) seal(r *Reservation, s *juiceapi.Session, req juiceapi.Ses
 		return err
 	}
 	r.Status.Sealed, r.Status.AgentAddress, r.Status.ReadyAt = sealed, s.Address, rc.now()
+	r.Status.SealedJobID = r.Run.JobID
+	return nil
+}
+
+// reseal seals r's session file again for the job r's run is bound to, from the file sealed for the binding it
+// had (job 0: the array element before slurmctld gave it a job id), under the key that seals now. The old file
+// opens under the current key, or the previous one when the key was rotated since it was sealed.
+func (rc *Reconciler) reseal(ctx context.Context, r *Reservation) error {
+	key, err := rc.Key.Bytes()
+	if err != nil {
+		return err
+	}
+	keys := [][]byte{key}
+	if all, ok := rc.Key.(interface{ All() ([][]byte, error) }); ok {
+		if keys, err = all.All(); err != nil {
+			return err
+		}
+	}
+	old, err := rc.Store.Sealed(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	was := r.Run.Binding()
+	was.JobID, was.Reservation = r.Status.SealedJobID, r.ID
+	env, err := session.Open(old, was, keys...)
+	if err != nil {
+		return err
+	}
+	now := r.Run.Binding()
+	now.Reservation = r.ID
+	sealed, err := session.Seal(key, now, env)
+	if err != nil {
+		return err
+	}
+	r.Status.Sealed, r.Status.SealedJobID = sealed, r.Run.JobID
 	return nil
 }
 

@@ -26,13 +26,37 @@ import (
 
 // A RunID names one run of a Slurm job: a requeued job is a new run, with the restart count one higher, and gets
 // a reservation of its own.
+//
+// A job array's element also names its array and task (ArrayJobID not 0). slurmctld gives an element a job id of
+// its own only when it starts it, so an element reserved ahead is named by its array and task alone (JobID 0,
+// Unbound) until it is seen as its own job and its reservation is bound to that job id (store.Store.Bind).
 type RunID struct {
 	Cluster string
 	JobID   uint32
 	Run     int
+	// ArrayJobID and ArrayTaskID place an array's element; ArrayJobID is 0 for a job that is not in an array.
+	ArrayJobID  uint32
+	ArrayTaskID uint32
 }
 
-func (r RunID) String() string { return fmt.Sprintf("%s/%d.%d", r.Cluster, r.JobID, r.Run) }
+// Element reports whether the run is a job array's element.
+func (r RunID) Element() bool { return r.ArrayJobID != 0 }
+
+// Unbound reports whether the run is an array element reserved ahead that has no job id yet.
+func (r RunID) Unbound() bool { return r.JobID == 0 && r.Element() }
+
+// Bound returns the run as the job jobID that its element became.
+func (r RunID) Bound(jobID uint32) RunID { r.JobID = jobID; return r }
+
+func (r RunID) String() string {
+	switch {
+	case r.Unbound():
+		return fmt.Sprintf("%s/%d_%d.%d", r.Cluster, r.ArrayJobID, r.ArrayTaskID, r.Run)
+	case r.Element():
+		return fmt.Sprintf("%s/%d.%d (%d_%d)", r.Cluster, r.JobID, r.Run, r.ArrayJobID, r.ArrayTaskID)
+	}
+	return fmt.Sprintf("%s/%d.%d", r.Cluster, r.JobID, r.Run)
+}
 
 // Binding is what the run's session file is bound to.
 func (r RunID) Binding() session.Binding {
@@ -89,9 +113,19 @@ type Status struct {
 	// prolog (Store.Sealed), and writes it only when it is set: a status write without it keeps the stored one.
 	// It is dropped once the reservation is final.
 	Sealed []byte
+	// SealedJobID is the job id the sealed file is bound to (its header's): an array element's reservation sealed
+	// before it was bound is sealed for job 0, and sealed again for its job once bound. The prolog is handed the
+	// file only when it is its run's job's (SealedFor).
+	SealedJobID uint32
 	// Version counts status writes; a write based on an older version is refused (ErrConflict), so two
 	// reconcile passes never interleave. Observers' writes do not move it.
 	Version int64
+}
+
+// SealedFor reports whether the reservation is ready with a session file sealed for its own job: what the
+// prolog may be handed.
+func (r *Reservation) SealedFor() bool {
+	return r.Status.State == StateReady && r.Run.JobID != 0 && r.Status.SealedJobID == r.Run.JobID
 }
 
 // Failed reports whether the run is known not to be served: the prolog gives up on it at once.

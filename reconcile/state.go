@@ -55,6 +55,7 @@ const (
 	EventUnwanted Event = "unwanted" // the run no longer needs a session: ended, cancelled, vanished, requeued, held
 	EventFail     Event = "fail"     // the run cannot be served
 	EventClosed   Event = "closed"   // the session is cancelled or gone at the controller
+	EventBound    Event = "bound"    // ready, and its file sealed again for the job its array element became
 )
 
 // A Transition is one step of a reservation's history.
@@ -86,6 +87,7 @@ var next = map[State]map[Event]State{
 		EventClosed:   StateReleasing,
 	},
 	StateReady: {
+		EventBound:    StateReady,
 		EventUnwanted: StateReleasing,
 		EventFail:     StateReleasing,
 		EventClosed:   StateReleasing,

@@ -88,3 +88,40 @@ func hexTasks(hex string, max int) ([]uint32, error) {
 	}
 	return out, nil
 }
+
+// StillPending reports whether task is among the remainder's pending task ids; known is false when slurmctld's
+// text was cut short before it could say.
+func (a *ArrayInfo) StillPending(task uint32) (pending, known bool) {
+	if a == nil || a.HasTask {
+		return false, true
+	}
+	s := strings.TrimSpace(a.Pending)
+	if i := strings.IndexByte(s, '%'); i >= 0 {
+		s = s[:i]
+	}
+	if strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X") {
+		var n big.Int
+		if _, ok := n.SetString(s[2:], 16); !ok {
+			return false, false
+		}
+		return n.Bit(int(task)) == 1, true
+	}
+	truncated := strings.HasSuffix(s, "...")
+	items := strings.Split(strings.TrimSuffix(s, "..."), ",")
+	if truncated {
+		items = items[:len(items)-1]
+	}
+	for _, item := range items {
+		if item == "" {
+			continue
+		}
+		lo, hi, step, err := taskRange(item)
+		if err != nil {
+			return false, false
+		}
+		if task >= lo && task <= hi && (task-lo)%step == 0 {
+			return true, true
+		}
+	}
+	return false, !truncated
+}

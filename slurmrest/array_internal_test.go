@@ -74,3 +74,24 @@ func TestPendingTasks(t *testing.T) {
 	_, err := (&ArrayInfo{JobID: 1, Pending: "3-x"}).PendingTasks(2)
 	assert.ErrorContains(t, err, `"3-x"`)
 }
+
+func TestStillPending(t *testing.T) {
+	for _, tc := range []struct {
+		text           string
+		task           uint32
+		pending, known bool
+	}{
+		{"3-11%4", 3, true, true},
+		{"3-11%4", 2, false, true},
+		{"1-9:4", 5, true, true},
+		{"1-9:4", 6, false, true},
+		{"1,4-5,...", 5, true, true},
+		{"1,4-5,...", 9, false, false},
+		{"0x2C", 3, true, true},
+		{"0x2C", 4, false, true},
+		{"", 0, false, true},
+	} {
+		p, k := (&ArrayInfo{JobID: 1, Pending: tc.text}).StillPending(tc.task)
+		assert.Equal(t, []bool{tc.pending, tc.known}, []bool{p, k}, "%s has %d", tc.text, tc.task)
+	}
+}

@@ -117,7 +117,7 @@ func runStatus(ctx context.Context, out io.Writer, args []string) error {
 		w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "JOB\tRUN\tUSER\tREQUEST\tSTATE\tJOB STATE\tCREATED\tAGE\tREASON")
 		for _, r := range open {
-			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Run.JobID, r.Run.Run, r.UserName, r.Request.Describe(),
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", jobName(r.Run), r.Run.Run, r.UserName, r.Request.Describe(),
 				r.Status.State, r.Spec.JobState, r.CreatedAt.Local().Format(time.DateTime),
 				time.Since(r.CreatedAt).Round(time.Second), r.Status.Reason)
 		}
@@ -176,9 +176,12 @@ type requestOut struct {
 }
 
 type reservationJS struct {
-	ID           string     `json:"id"`
-	Cluster      string     `json:"cluster"`
-	Job          uint32     `json:"job"`
+	ID      string `json:"id"`
+	Cluster string `json:"cluster"`
+	Job     uint32 `json:"job"`
+	// ArrayJobID and ArrayTaskID name an array's element (job is 0 until slurmctld gives the element its own id).
+	ArrayJobID   uint32     `json:"array_job_id,omitempty"`
+	ArrayTaskID  *uint32    `json:"array_task_id,omitempty"`
 	Run          int        `json:"run"`
 	User         string     `json:"user"`
 	Partition    string     `json:"partition"`
@@ -211,6 +214,10 @@ func reservationJSON(r reconcile.Reservation) reservationJS {
 			Text: r.Request.String()}, State: string(r.Status.State), Reason: r.Status.Reason, FailReason: r.Status.FailReason,
 		Wanted: r.Spec.Wanted, WantReason: r.Spec.WantReason, JobState: r.Spec.JobState, JobReason: r.Spec.JobReason,
 		SessionID: r.Status.SessionID, AgentAddress: r.Status.AgentAddress, Created: r.CreatedAt.UTC()}
+	if r.Run.Element() {
+		task := r.Run.ArrayTaskID
+		out.ArrayJobID, out.ArrayTaskID = r.Run.ArrayJobID, &task
+	}
 	if !r.Status.ReadyAt.IsZero() {
 		ready := r.Status.ReadyAt.UTC()
 		out.Ready = &ready
@@ -305,7 +312,7 @@ func runJobCommand(ctx context.Context, out io.Writer, cmd, jobArg string, args 
 		if i > 0 {
 			fmt.Fprintln(out)
 		}
-		fmt.Fprintf(out, "Job:          %d (cluster %s)\n", r.Run.JobID, r.Run.Cluster)
+		fmt.Fprintf(out, "Job:          %s (cluster %s)\n", jobName(r.Run), r.Run.Cluster)
 		fmt.Fprintf(out, "Run:          %d\n", r.Run.Run)
 		fmt.Fprintf(out, "Reservation:  %s\n", r.ID)
 		fmt.Fprintf(out, "User:         %s\n", r.UserName)
@@ -348,4 +355,16 @@ func runJobCommand(ctx context.Context, out io.Writer, cmd, jobArg string, args 
 		}
 	}
 	return nil
+}
+
+// jobName is how a run's job is shown: its job id, with its array element (array_task) when it is one, or the
+// array element alone while slurmctld has not given it a job id.
+func jobName(r reconcile.RunID) string {
+	switch {
+	case r.Unbound():
+		return fmt.Sprintf("%d_%d", r.ArrayJobID, r.ArrayTaskID)
+	case r.Element():
+		return fmt.Sprintf("%d (%d_%d)", r.JobID, r.ArrayJobID, r.ArrayTaskID)
+	}
+	return fmt.Sprint(r.JobID)
 }

@@ -16,7 +16,8 @@ const blocksNew = `(state <> 'released' OR run_over)`
 
 const columns = `id, cluster, job_id, run, request, user_name, partition, created_at,
 	wanted, want_reason, run_over, job_state, job_reason,
-	state, reason, fail_reason, requested, session_id, agent_address, ready_at, updated_at, version`
+	state, reason, fail_reason, requested, session_id, agent_address, ready_at, updated_at, version,
+	array_job_id, array_task_id, sealed_job_id`
 
 // notify announces a row's change; it is selected in the statement that makes the change, so that the change and
 // its announcement commit together.
@@ -55,19 +56,35 @@ var (
 	// they are. One statement for any number of runs, with the creation events and the notifications.
 	sqlEnsure = `WITH n AS (
 			SELECT * FROM unnest($2::uuid[], $3::bigint[], $4::integer[], $5::text[], $6::text[], $7::integer[],
-				$8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[])
-				AS n(id, job_id, run, request, pool, gpus, vram, user_name, partition, reason, job_state)),
+				$8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[], $14::bigint[])
+				AS n(id, job_id, run, request, pool, gpus, vram, user_name, partition, reason, job_state, array_job_id,
+					array_task_id)),
 		ins AS (
 			INSERT INTO juice_reservations (id, cluster, job_id, run, request, pool, gpus, vram, user_name, partition,
-				state, reason, wanted, job_state)
-			SELECT id, $1, job_id, run, request, pool, gpus, vram, user_name, partition, 'pending', reason, true, job_state
+				state, reason, wanted, job_state, array_job_id, array_task_id)
+			SELECT id, $1, job_id, run, request, pool, gpus, vram, user_name, partition, 'pending', reason, true, job_state,
+				array_job_id, array_task_id
 			FROM n
-			ON CONFLICT (cluster, job_id, run) WHERE ` + blocksNew + ` DO NOTHING
+			-- The arbiters are juice_reservations_live_run and, for an array's element, juice_reservations_live_element
+			-- (the same predicate): a run blocked by either is left as it is.
+			ON CONFLICT DO NOTHING
 			RETURNING ` + columns + `),
 		ev AS (
 			INSERT INTO juice_events (reservation_id, from_state, to_state, event, reason)
 			SELECT id, '', 'pending', 'created', reason FROM ins)
 		SELECT ` + columns + `, ` + notify("ins", "created") + ` FROM ins`
+
+	// Bind gives an array element's reservations that have no job id yet ($2 array, $3 task, $4 run) the job id
+	// $5 slurmctld gave the element, with an event in each one's history. The job id is what Slurm says of the
+	// element: a spec write; the reconciler then seals the session file again for that job.
+	sqlBind = `WITH b AS (
+			UPDATE juice_reservations SET job_id = $5
+			WHERE cluster = $1 AND array_job_id = $2 AND array_task_id = $3 AND run = $4 AND job_id IS NULL
+			RETURNING cluster, id, state),
+		ev AS (
+			INSERT INTO juice_events (reservation_id, from_state, to_state, event, reason)
+			SELECT id, state, state, 'bound', 'array element ' || $2::text || '_' || $3::text || ' is job ' || $5::text FROM b)
+		SELECT ` + notify("b", "spec") + ` FROM b`
 
 	// Unwant marks a reservation not wanted (keeping the first reason) and, when $4, its run over. A row that
 	// already says so is not touched, and not announced.
@@ -94,6 +111,8 @@ var (
 			UPDATE juice_reservations SET
 				state = $4, reason = $5, fail_reason = $6, requested = $7, session_id = $8,
 				sealed = CASE WHEN $4 IN ('released', 'failed') THEN NULL ELSE coalesce($9, sealed) END,
+				sealed_job_id = CASE WHEN $4 IN ('released', 'failed') THEN NULL WHEN $9::bytea IS NULL THEN sealed_job_id
+					ELSE $15 END,
 				agent_address = $10, ready_at = $11, updated_at = now(), version = version + 1
 			WHERE cluster = $1 AND id = $2 AND version = $3
 			RETURNING cluster, id, state, updated_at, version),
@@ -117,8 +136,9 @@ var (
 	sqlOpen = `SELECT ` + columns + ` FROM juice_reservations
 		WHERE cluster = $1 AND state NOT IN ('released', 'failed') ORDER BY created_at`
 	// Runs of the given jobs that will never be reserved again: their reservation is final and still blocks.
-	sqlDone = `SELECT job_id, run FROM juice_reservations
-		WHERE cluster = $1 AND job_id = ANY($2) AND state IN ('released', 'failed') AND ` + blocksNew
+	// An array's elements are found by their array's id too (bound to a job id or not).
+	sqlDone = `SELECT job_id, run, array_job_id, array_task_id FROM juice_reservations
+		WHERE cluster = $1 AND (job_id = ANY($2) OR array_job_id = ANY($2)) AND state IN ('released', 'failed') AND ` + blocksNew
 	sqlEvents = `SELECT e.from_state, e.to_state, e.event, e.reason, e.at FROM juice_events e
 		JOIN juice_reservations r ON r.id = e.reservation_id
 		WHERE r.cluster = $1 AND e.reservation_id = $2 ORDER BY e.id`

@@ -235,7 +235,8 @@ func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]r
 		return nil, nil
 	}
 	n := len(nrs)
-	ids, jobs, runs, texts, pools := make([]uuid.UUID, n), make([]int64, n), make([]int32, n), make([]string, n), make([]string, n)
+	ids, jobs, runs, texts, pools := make([]uuid.UUID, n), make([]*int64, n), make([]int32, n), make([]string, n), make([]string, n)
+	arrays, tasks := make([]*int64, n), make([]*int64, n)
 	gpus, vram := make([]int32, n), make([]int64, n)
 	users, parts, reasons, states := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, nr := range nrs {
@@ -245,11 +246,18 @@ func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]r
 		if nr.Request.VRAM > math.MaxInt64 {
 			return nil, fmt.Errorf("ensure reservation of %s: VRAM %d bytes does not fit the database", nr.Run, nr.Request.VRAM)
 		}
-		ids[i], jobs[i], runs[i] = uuid.New(), int64(nr.Run.JobID), int32(nr.Run.Run)
+		if nr.Run.JobID == 0 && !nr.Run.Element() {
+			return nil, fmt.Errorf("ensure reservation of %s: no job id, and not an array's element", nr.Run)
+		}
+		ids[i], jobs[i], runs[i] = uuid.New(), nullable(nr.Run.JobID), int32(nr.Run.Run)
+		if nr.Run.Element() {
+			arrays[i], tasks[i] = nullable(nr.Run.ArrayJobID), ptr(int64(nr.Run.ArrayTaskID))
+		}
 		texts[i], pools[i], gpus[i], vram[i] = nr.Request.String(), nr.Request.Pool, int32(nr.Request.GPUs), int64(nr.Request.VRAM)
 		users[i], parts[i], reasons[i], states[i] = nr.UserName, nr.Partition, nr.Reason, nr.JobState
 	}
-	created, err := scanAll(s.pool.Query(ctx, sqlEnsure, s.cluster, ids, jobs, runs, texts, pools, gpus, vram, users, parts, reasons, states))
+	created, err := scanAll(s.pool.Query(ctx, sqlEnsure, s.cluster, ids, jobs, runs, texts, pools, gpus, vram, users, parts, reasons, states,
+		arrays, tasks))
 	if err != nil {
 		return nil, fmt.Errorf("ensure %d reservations: %w", n, err)
 	}
@@ -257,8 +265,14 @@ func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]r
 }
 
 // EnsureRun is Ensure for one run; it returns the run's reservation afterwards (the new one, or the one that
-// was there) and whether it was created.
+// was there) and whether it was created. An array element's run (with its job id) is first bound to the
+// reservation made ahead for its element, if there is one.
 func (s *Store) EnsureRun(ctx context.Context, nr reconcile.NewReservation) (reconcile.Reservation, bool, error) {
+	if nr.Run.Element() && nr.Run.JobID != 0 {
+		if _, err := s.Bind(ctx, nr.Run); err != nil {
+			return reconcile.Reservation{}, false, err
+		}
+	}
 	created, err := s.Ensure(ctx, []reconcile.NewReservation{nr})
 	if err != nil {
 		return reconcile.Reservation{}, false, err
@@ -266,9 +280,37 @@ func (s *Store) EnsureRun(ctx context.Context, nr reconcile.NewReservation) (rec
 	if len(created) == 1 {
 		return created[0], true, nil
 	}
+	if nr.Run.Element() && nr.Run.JobID != 0 {
+		// An element reserved ahead between the bind and the insert (a poller's older listing) blocked it.
+		if _, err := s.Bind(ctx, nr.Run); err != nil {
+			return reconcile.Reservation{}, false, err
+		}
+	}
 	r, err := s.ForRun(ctx, nr.Run)
 	return r, false, err
 }
+
+// Bind records that the array element of run (its ArrayJobID, ArrayTaskID and Run) is now the job run.JobID:
+// each of the element's reservations without a job id gets it. It reports how many did.
+func (s *Store) Bind(ctx context.Context, run reconcile.RunID) (int64, error) {
+	if !run.Element() || run.JobID == 0 {
+		return 0, fmt.Errorf("bind %s: not an array element with its job id", run)
+	}
+	tag, err := s.pool.Exec(ctx, sqlBind, s.cluster, int64(run.ArrayJobID), int64(run.ArrayTaskID), run.Run, int64(run.JobID))
+	if err != nil {
+		return 0, fmt.Errorf("bind %s: %w", run, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func nullable(id uint32) *int64 {
+	if id == 0 {
+		return nil
+	}
+	return ptr(int64(id))
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // Unwant records that a reservation's run no longer wants a session, and why; over says the run itself is over
 // (see Spec.RunOver). It reports whether anything changed. The reconciler hears of it and releases.
@@ -333,7 +375,8 @@ func (s *Store) SaveStatus(ctx context.Context, r *reconcile.Reservation, t reco
 	}
 	var notified string
 	err := s.pool.QueryRow(ctx, sqlSaveStatus, s.cluster, r.ID, st.Version, st.State, st.Reason, st.FailReason,
-		st.Requested, st.SessionID, st.Sealed, st.AgentAddress, readyAt, string(t.From), string(t.Event), t.Reason).
+		st.Requested, st.SessionID, st.Sealed, st.AgentAddress, readyAt, string(t.From), string(t.Event), t.Reason,
+		int64(st.SealedJobID)).
 		Scan(&st.UpdatedAt, &st.Version, &notified)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = reconcile.ErrConflict
@@ -410,12 +453,12 @@ func (s *Store) Done(ctx context.Context, jobIDs []uint32) (map[reconcile.RunID]
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var job int64
+		var job, array, task *int64
 		var run int
-		if err := rows.Scan(&job, &run); err != nil {
+		if err := rows.Scan(&job, &run, &array, &task); err != nil {
 			return nil, fmt.Errorf("runs that are done: %w", err)
 		}
-		out[reconcile.RunID{Cluster: s.cluster, JobID: uint32(job), Run: run}] = true
+		out[runID(s.cluster, job, run, array, task)] = true
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("runs that are done: %w", err)
@@ -539,13 +582,13 @@ func scanAll(rows pgx.Rows, err error) ([]reconcile.Reservation, error) {
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.Reservation, error) {
 		var r reconcile.Reservation
-		var jobID int64
+		var jobID, array, task, sealedFor *int64
 		var text string
 		var readyAt *time.Time
 		dest := []any{&r.ID, &r.Run.Cluster, &jobID, &r.Run.Run, &text, &r.UserName, &r.Partition, &r.CreatedAt,
 			&r.Spec.Wanted, &r.Spec.WantReason, &r.Spec.RunOver, &r.Spec.JobState, &r.Spec.JobReason,
 			&r.Status.State, &r.Status.Reason, &r.Status.FailReason, &r.Status.Requested, &r.Status.SessionID,
-			&r.Status.AgentAddress, &readyAt, &r.Status.UpdatedAt, &r.Status.Version}
+			&r.Status.AgentAddress, &readyAt, &r.Status.UpdatedAt, &r.Status.Version, &array, &task, &sealedFor}
 		if n := len(row.FieldDescriptions()); n > len(dest) {
 			var notified string // the notification column of sqlEnsure
 			dest = append(dest, &notified)
@@ -553,7 +596,10 @@ func scanAll(rows pgx.Rows, err error) ([]reconcile.Reservation, error) {
 		if err := row.Scan(dest...); err != nil {
 			return r, err
 		}
-		r.Run.JobID = uint32(jobID)
+		r.Run = runID(r.Run.Cluster, jobID, r.Run.Run, array, task)
+		if sealedFor != nil {
+			r.Status.SealedJobID = uint32(*sealedFor)
+		}
 		if readyAt != nil {
 			r.Status.ReadyAt = *readyAt
 		}
@@ -564,4 +610,16 @@ func scanAll(rows pgx.Rows, err error) ([]reconcile.Reservation, error) {
 		}
 		return r, nil
 	})
+}
+
+// runID names a stored run: job id NULL for an array element not bound yet.
+func runID(cluster string, job *int64, run int, array, task *int64) reconcile.RunID {
+	id := reconcile.RunID{Cluster: cluster, Run: run}
+	if job != nil {
+		id.JobID = uint32(*job)
+	}
+	if array != nil && task != nil {
+		id.ArrayJobID, id.ArrayTaskID = uint32(*array), uint32(*task)
+	}
+	return id
 }

@@ -264,6 +264,10 @@ func TestBlocksNewIsTheIndexPredicate(t *testing.T) {
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_get_expr(indpred, indrelid) FROM pg_index
 		WHERE indexrelid = 'juice_scratch'::regclass`).Scan(&ours))
 	require.Equal(t, index, ours)
+	var element string
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT pg_get_expr(indpred, indrelid) FROM pg_index
+		WHERE indexrelid = 'juice_reservations_live_element'::regclass`).Scan(&element))
+	require.Equal(t, index, element, "an array element's index is built on the same predicate")
 }
 
 // Two clusters on one database: each store sees and changes only its own cluster's rows.
