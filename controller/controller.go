@@ -71,6 +71,10 @@ type Config struct {
 	MaxHookWait time.Duration
 	// Policy is the site's limits on requests (juice-policy.conf); nil: the grammar's bounds only.
 	Policy *policy.Policy
+	// StateDir is the shared state directory where the prologs write session files, when it is on this host
+	// ("": not): the leader removes a run's file when its reservation stops being ready, and the sweep removes
+	// every file no ready reservation owns.
+	StateDir string
 	// Retention is how long the reservations of runs that ended are kept (with their events); the leader prunes
 	// older ones when it starts leading and every PruneInterval. Default 30 days; <0 keeps them for ever. It
 	// must exceed the cluster's longest job time limit (see store.Prune).
@@ -428,6 +432,9 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 	rc := &reconcile.Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
 		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
 		Liveness: &reconcile.Liveness{Juice: c.Juice, Period: c.Config.ReadyCheck}}
+	if c.Config.StateDir != "" {
+		rc.Files = &session.StateDir{Path: c.Config.StateDir}
+	}
 	ja := &JobActor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
 	var wg sync.WaitGroup
 	for i := 0; i < c.Config.Workers; i++ {
@@ -446,6 +453,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		go func() { defer wg.Done(); c.prune(ctx) }()
 	}
 	relist()
+	c.sweepFiles(ctx)
 	tune := c.Tuning()
 	poll := time.NewTicker(tune.PollInterval)
 	resync := time.NewTicker(c.Config.Resync)
@@ -516,7 +524,18 @@ func (c *Controller) waitForPoll(ctx context.Context, poll, resync, sweep <-chan
 			if err != nil {
 				c.Log.Error(err, "sweep failed")
 			}
+			c.sweepFiles(ctx)
 		}
+	}
+}
+
+// sweepFiles removes the stale session files of the state directory, when it is on this host.
+func (c *Controller) sweepFiles(ctx context.Context) {
+	if c.Config.StateDir == "" {
+		return
+	}
+	if _, err := SweepFiles(ctx, c.Store, &session.StateDir{Path: c.Config.StateDir}, c.Log.WithName("sweep")); err != nil {
+		c.Log.Error(err, "sweep of the state directory failed")
 	}
 }
 

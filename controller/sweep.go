@@ -11,6 +11,7 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
@@ -66,4 +67,73 @@ func Sweep(ctx context.Context, st *store.Store, juice juiceapi.Client, log logr
 		log.Info("sweep done", "cancelled", cancelled)
 	}
 	return cancelled, nil
+}
+
+// SweepFiles removes the session files in the state directory that no ready reservation owns: the reservation
+// a file names is gone, released or failed (the reconciler removes a run's file when it leaves ready; this is the
+// net under that, and under an epilog that never ran), or, for a file that names none (version 1, or a header
+// that does not parse), its run has no ready reservation. A file whose header names another cluster is left
+// alone. It returns how many files it removed.
+func SweepFiles(ctx context.Context, st *store.Store, dir *session.StateDir, log logr.Logger) (int, error) {
+	files, err := dir.List()
+	if err != nil {
+		return 0, fmt.Errorf("sweep files: %w", err)
+	}
+	removed := 0
+	for _, f := range files {
+		job, run, _ := session.ParseFileName(f.Name)
+		why, err := staleFile(ctx, st, f, reconcile.RunID{Cluster: st.Cluster(), JobID: job, Run: run})
+		if err != nil {
+			return removed, fmt.Errorf("sweep files: %s: %w", f.Name, err)
+		}
+		if why == "" {
+			continue
+		}
+		ok, err := dir.Remove(f)
+		if err != nil {
+			return removed, fmt.Errorf("sweep files: %w", err)
+		}
+		if ok {
+			removed++
+			log.Info("removed a stale session file", "file", f.Name, "why", why)
+		}
+	}
+	return removed, nil
+}
+
+// staleFile says why f is stale, or "" when a ready reservation owns it (or it is another cluster's).
+func staleFile(ctx context.Context, st *store.Store, f session.StateFile, run reconcile.RunID) (string, error) {
+	if f.HeaderErr == nil && f.Header.Binding.Cluster != st.Cluster() {
+		return "", nil
+	}
+	if f.HeaderErr == nil && (f.Header.Binding.JobID != run.JobID || f.Header.Binding.Run != run.Run) {
+		return fmt.Sprintf("its header is for %s, not its name's run", f.Header.Binding), nil
+	}
+	if res := f.Reservation(); res != uuid.Nil {
+		r, err := st.Get(ctx, res)
+		if errors.Is(err, reconcile.ErrNotFound) {
+			return fmt.Sprintf("its reservation %s does not exist", res), nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if r.Status.State != reconcile.StateReady {
+			return fmt.Sprintf("its reservation %s is %s", res, r.Status.State), nil
+		}
+		return "", nil
+	}
+	r, err := st.LiveRun(ctx, run)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		return "it names no reservation and its run has no live one", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if r.Status.State != reconcile.StateReady {
+		return fmt.Sprintf("it names no reservation and its run's is %s", r.Status.State), nil
+	}
+	if f.HeaderErr != nil {
+		return "its header does not parse", nil
+	}
+	return "", nil
 }

@@ -36,7 +36,10 @@ type Reconciler struct {
 	Juice juiceapi.Client
 	// Key seals session files.
 	Key session.KeySource
-	Log logr.Logger
+	// Files, when set, is the shared state directory: a run's session file is removed there when its reservation
+	// stops being ready (nil: the state directory is not on this host; the epilog and the sweep remove files).
+	Files *session.StateDir
+	Log   logr.Logger
 	// WaitPoll is how often a session that is queued or assigned at the controller is looked at again.
 	WaitPoll time.Duration
 	// ReadyCheck is how often a ready session is checked to be still alive.
@@ -341,7 +344,29 @@ func (rc *Reconciler) apply(ctx context.Context, log logr.Logger, r *Reservation
 		return err
 	}
 	log.Info("reservation moved", "from", t.From, "to", t.To, "reason", reason)
+	if t.From == StateReady && t.To != StateReady {
+		rc.removeFile(log, r)
+	}
 	return nil
+}
+
+// removeFile removes the run's session file once its reservation stops being ready: the session it carries is
+// being let go, and a file left behind is one a later job with the same id could be handed (the epilog removes
+// it too, when it runs; the sweep catches what both miss). A failure is logged, never fatal: the transition
+// stands, and the sweep tries again.
+func (rc *Reconciler) removeFile(log logr.Logger, r *Reservation) {
+	if rc.Files == nil {
+		return
+	}
+	b := r.Run.Binding()
+	b.Reservation = r.ID
+	removed, err := rc.Files.RemoveFor(b)
+	switch {
+	case err != nil:
+		log.Error(err, "cannot remove the run's session file; the sweep tries again")
+	case removed:
+		log.Info("removed the run's session file", "file", session.FileName(b))
+	}
 }
 
 func (rc *Reconciler) now() time.Time {

@@ -34,6 +34,7 @@ import (
 type controllerOpts struct {
 	cluster, dbURL, restURL, restUser, restToken, restVersion, juiceURL, juiceToken, keyFile, secretFile *string
 	hookListen, holder, policyFile, metricsListen, juicePools, hookCert, hookKey, scontrol, unmunge      *string
+	stateDir                                                                                             *string
 	poll, waitPoll, window, leaseTTL, sweep, retention                                                   *time.Duration
 	perPool, perUser, perAccount, workers                                                                *int
 	trustComment, juiceIdem                                                                              *bool
@@ -73,6 +74,7 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		sweep:         fs.Duration("sweep-interval", 5*time.Minute, "how often to cancel sessions that belong to no live run (negative: never; SIGHUP re-reads it)"),
 		workers:       fs.Int("workers", 4, "reconcile workers"),
 		retention:     fs.Duration("retention", controller.DefaultRetention, "keep the reservations of ended runs (and their events) this long; longer than the longest job time limit (0: for ever)"),
+		stateDir:      fs.String("state-dir", "/var/spool/juice-slurm/sessions", "the shared state directory of session files, where the prologs write them; when it is on the controller's host, the controller removes the files no ready reservation owns (absent: left to the epilog)"),
 		policyFile:    fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)"),
 	}
 	o.newLog = logFlags(fs)
@@ -129,6 +131,17 @@ func runController(ctx context.Context, args []string) error {
 		log.Info("no site policy file: only the request grammar's bounds apply", "policy", *o.policyFile)
 	} else {
 		log.Info("site policy", "policy", *o.policyFile, "maxGPUs", limits.MaxGPUs, "maxVRAM", limits.MaxVRAM, "pools", limits.Pools)
+	}
+	// The state directory is where the prolog writes (the slurmctld host): on another host the epilog alone
+	// removes files. Said once, at start, either way.
+	stateDir := *o.stateDir
+	if fi, err := os.Stat(stateDir); stateDir != "" && err != nil {
+		log.Info("the state directory is not on this host: stale session files are removed by the epilog only", "stateDir", stateDir, "error", err.Error())
+		stateDir = ""
+	} else if stateDir != "" && !fi.IsDir() {
+		return fmt.Errorf("--state-dir %s is not a directory", stateDir)
+	} else if stateDir != "" {
+		log.Info("removing stale session files", "stateDir", stateDir)
 	}
 	var hookTLS *tls.Config
 	if *o.hookCert != "" {
@@ -192,7 +205,7 @@ func runController(ctx context.Context, args []string) error {
 		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
 			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, PerUser: *o.perUser, PerAccount: *o.perAccount, Window: *o.window}, TrustComment: *o.trustComment,
 			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
-			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge},
+			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge, StateDir: stateDir},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log, Metrics: controller.NewMetrics(st),
 		Ender: &controller.SlurmEnder{Rest: slurm, Scontrol: *o.scontrol},
 	}

@@ -212,8 +212,10 @@ func (h *hook) prolog(ctx context.Context, wait time.Duration) error {
 			return nil
 		case hookapi.OutcomeFailed:
 			h.say("cannot be served: %s", rep.Reason)
+			h.removeSession() // a file of this job id and run is a leftover: never this run's
 			return h.fail(ctx, "cannot get GPUs: "+rep.Reason)
 		case hookapi.OutcomeNone:
+			h.removeSession()
 			return nil
 		default:
 			h.say("still waiting (%s: %s), %s of %s", rep.State, rep.Reason, time.Since(start).Round(time.Second), wait)

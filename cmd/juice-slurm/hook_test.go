@@ -107,7 +107,7 @@ func exitStatus(err error) int {
 	return 0
 }
 
-var sealed = []byte("JUICE-SESSION v1 cluster=c1 job=42 run=1\nsealed bytes")
+var sealed = []byte("JUICE-SESSION v2 cluster=c1 job=42 run=1 reservation=7c2b9e4a-1d3f-4b6a-8e5c-0a1b2c3d4e5f key=0123456789abcdef\nsealed bytes")
 
 func TestPrologWritesTheSessionAtomically(t *testing.T) {
 	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"}))
@@ -167,6 +167,17 @@ func TestPrologOutcomes(t *testing.T) {
 	require.Contains(t, w.stderr.String(), "cannot be served: the pool can never fit 9 GPUs?forged line")
 	require.Equal(t, 2, strings.Count(w.stderr.String(), "\n"), "a newline in a reason cannot forge a line")
 
+	// A leftover file of this job id and run (an earlier job's, whose epilog never ran) goes when the controller
+	// says this run has no session, or cannot have one: the plugin would otherwise open it.
+	for _, rep := range []hookapi.PrologReply{{Outcome: hookapi.OutcomeNone}, {Outcome: hookapi.OutcomeFailed, Reason: "no"}} {
+		w = newHookWorld(t, answer(rep))
+		require.NoError(t, os.WriteFile(filepath.Join(w.stateDir, "42.1.session"), sealed, 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(w.stateDir, "42.0.session"), sealed, 0o600))
+		w.run("prolog")
+		entries, _ := os.ReadDir(w.stateDir)
+		require.Len(t, entries, 1, rep.Outcome)
+		require.Equal(t, "42.0.session", entries[0].Name(), "%s: another run's file is not this prolog's", rep.Outcome)
+	}
 	w = newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeNone}))
 	require.Equal(t, 0, exitStatus(w.run("prolog")))
 	entries, _ := os.ReadDir(w.stateDir)
