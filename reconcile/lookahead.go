@@ -74,7 +74,9 @@ type Candidate struct {
 
 // waitReasons are Slurm's reasons for a pending job that is eligible and only waits its turn. Anything else
 // (held, begin time ahead, dependency, reservation, partition down, ...) is not likely to start soon.
-var waitReasons = map[string]bool{"": true, "None": true, "Priority": true, "Resources": true}
+// JobArrayTaskLimit is an array's remainder held back by its own limit of elements running at once (--array=0-99%4):
+// its next element starts as soon as a running one ends, which is when a session reserved ahead pays most.
+var waitReasons = map[string]bool{"": true, "None": true, "Priority": true, "Resources": true, "JobArrayTaskLimit": true}
 
 // Eligible reports whether the job waits only for its turn, or is a requeued run waiting out Slurm's requeue
 // delay (see WaitsOutRequeueDelay).

@@ -124,8 +124,13 @@ func TestLookaheadPicksArrayElementsInOrderUnderTheCaps(t *testing.T) {
 	now := time.Now()
 	submitted := now.Add(-time.Minute)
 	elem := func(task uint32, job uint32, user string) Candidate {
-		return Candidate{Run: RunID{Cluster: "c", JobID: job, ArrayJobID: 40, ArrayTaskID: task},
+		c := Candidate{Run: RunID{Cluster: "c", JobID: job, ArrayJobID: 40, ArrayTaskID: task},
 			Request: request.Request{Pool: "p", GPUs: 1}, User: user, Priority: 10, SubmitTime: submitted, StateReason: "Priority"}
+		if job == 0 {
+			// The remainder waits for its own limit of elements at once (--array=...%N): its turn comes next.
+			c.StateReason = "JobArrayTaskLimit"
+		}
+		return c
 	}
 	// Elements 5..9 of array 40 are pending in its remainder (no job id); element 3 was split off as job 97
 	// (held back, say) and is pending too. Another user's job 50 came later with the same priority.

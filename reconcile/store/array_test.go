@@ -95,6 +95,13 @@ func TestStoreBindsAnArrayElementToItsJob(t *testing.T) {
 	open, err := s.Open(ctx)
 	require.NoError(t, err)
 	require.Len(t, open, 4, "elements 0 to 3, one reservation each")
+	all, err := s.ForArray(ctx, 40)
+	require.NoError(t, err)
+	var runs []reconcile.RunID
+	for _, r := range all {
+		runs = append(runs, r.Run)
+	}
+	require.Equal(t, []reconcile.RunID{elem(0).Bound(41), elem(1).Bound(42), elem(2), elem(3).Bound(44)}, runs)
 
 	// Element 2 failed (never bound): done, found by its array's id.
 	r2 := created[2]

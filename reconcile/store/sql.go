@@ -130,6 +130,9 @@ var (
 	sqlLatestRun = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
 		ORDER BY created_at DESC, id DESC LIMIT 1`
 	sqlByJob = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 ORDER BY run, created_at`
+	// An array's elements, bound or not, by task id.
+	sqlByArray = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND array_job_id = $2
+		ORDER BY array_task_id, run, created_at`
 	// A user's runs, newest first, at most $3 (juice-slurm jobs, through the hook API).
 	sqlByUser = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND user_name = $2
 		ORDER BY created_at DESC LIMIT $3`

@@ -418,6 +418,16 @@ func (s *Store) ForJob(ctx context.Context, jobID uint32) ([]reconcile.Reservati
 	return rs, nil
 }
 
+// ForArray returns every reservation of a job array's elements, bound to their job or not, by task id, run and
+// age.
+func (s *Store) ForArray(ctx context.Context, arrayJobID uint32) ([]reconcile.Reservation, error) {
+	rs, err := scanAll(s.pool.Query(ctx, sqlByArray, s.cluster, int64(arrayJobID)))
+	if err != nil {
+		return nil, fmt.Errorf("reservations of array %d: %w", arrayJobID, err)
+	}
+	return rs, nil
+}
+
 // ForUser lists one user's reservations, newest first, at most limit.
 func (s *Store) ForUser(ctx context.Context, user string, limit int) ([]reconcile.Reservation, error) {
 	rs, err := scanAll(s.pool.Query(ctx, sqlByUser, s.cluster, user, limit))
