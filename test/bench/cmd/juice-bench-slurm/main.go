@@ -38,6 +38,10 @@ func main() {
 	out := flag.String("out", "", "write the Markdown section here")
 	pollDesc := flag.String("poll", "1 s", "the controller's poll interval, for the report")
 	simDesc := flag.String("sim", "500 ms tick, 1 s activation", "the simulator's timing, for the report")
+	arrayN := flag.Int("array", 0, "P7: elements of the job array (0 skips P7)")
+	arrayPool := flag.String("array-pool", "demo", "P7: the Juice pool")
+	arrayGPUs := flag.Int("array-pool-gpus", 4, "P7: the pool's GPUs, for the floor")
+	arrayCancel := flag.Duration("array-cancel-delay", 500*time.Millisecond, "P7: the simulator's cancel delay, for the floor")
 	flag.Parse()
 	env, err := testbed.Load(testbed.EnvFile())
 	if err != nil {
@@ -54,8 +58,16 @@ func main() {
 		"one node (2 cores) with the SPANK plugin, job_submit.lua and the hooks wired; the test bed's controller (%s polls) "+
 		"and juice-sim (%s) running. Nothing is asserted on time.\n\n",
 		release(ctx, slurm), host(), time.Now().UTC().Format("2006-01-02 15:04"), *pollDesc, *simDesc)
-	if err := p2(ctx, slurm, *n, &md); err != nil {
-		fail(err)
+	if *n > 0 {
+		if err := p2(ctx, slurm, *n, &md); err != nil {
+			fail(err)
+		}
+	}
+	if *arrayN > 0 {
+		b := arrayBench{n: *arrayN, pool: *arrayPool, gpus: *arrayGPUs, cancelDelay: *arrayCancel}
+		if err := b.run(ctx, env, slurm, &md); err != nil {
+			fail(err)
+		}
 	}
 	if *held > 0 {
 		if err := p4(ctx, env, slurm, *held, &md); err != nil {
