@@ -11,6 +11,10 @@ go run ./test/bench/cmd/juice-bench -out test/results/bench-go.md
 JUICE_TESTBED_SIM_TIMING=instant JUICE_TESTBED_POLL=500ms bash test/testbed.sh services-restart
 go run ./test/bench/cmd/juice-bench-slurm -poll "500 ms" -sim "no delays" -out test/results/bench-slurm.md "$@"
 bash test/testbed.sh services-restart
+# P7 (issue 11 item 8) with the demo's settings back: a job array through the demo's 4-GPU pool, plain and with
+# Juice, beside the floor (BENCH_ARRAY elements, 201 as in the issue).
+go run ./test/bench/cmd/juice-bench-slurm -p2-jobs 0 -p4-held 0 -array "${BENCH_ARRAY:-201}" -poll "1 s" \
+	-sim "500 ms tick, 1 s activation, 500 ms cancel" -out test/results/bench-array.md
 {
 	echo "# juice-slurm benchmark results"
 	echo
@@ -20,5 +24,7 @@ bash test/testbed.sh services-restart
 	cat test/results/bench-go.md
 	echo
 	cat test/results/bench-slurm.md
+	echo
+	cat test/results/bench-array.md
 } >test/results/bench.md
 echo "results: test/results/bench.md"

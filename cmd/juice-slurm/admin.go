@@ -260,6 +260,23 @@ func runJobCommand(ctx context.Context, out io.Writer, cmd, jobArg string, args 
 	if err != nil {
 		return err
 	}
+	if cmd == "describe" {
+		// An array's job id also describes its elements, those started as jobs of their own and those reserved
+		// ahead that have no job id yet.
+		elems, err := st.ForArray(ctx, uint32(job))
+		if err != nil {
+			return err
+		}
+		seen := map[string]bool{}
+		for _, r := range rs {
+			seen[r.ID.String()] = true
+		}
+		for _, r := range elems {
+			if !seen[r.ID.String()] {
+				rs = append(rs, r)
+			}
+		}
+	}
 	if len(rs) == 0 {
 		return notFoundError{fmt.Errorf("job %d of cluster %s has no Juice reservation", job, cluster)}
 	}

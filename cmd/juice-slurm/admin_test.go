@@ -122,3 +122,37 @@ func TestVersionPrintsTheSchemas(t *testing.T) {
 	require.Contains(t, out.String(), fmt.Sprintf("\ndatabase schema: %d\n", store.KnownSchema()))
 	require.Error(t, runVersion(context.Background(), &out, []string{"--config=", "--database-url", "postgres://nobody@127.0.0.1:1/x"}))
 }
+
+// An array's job id describes its elements, those bound to the job id slurmctld gave them and those reserved
+// ahead without one; status names an element not started yet by array and task.
+func TestDescribeAnArrayShowsItsElements(t *testing.T) {
+	url := testbed.NewDatabase(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	st := store.New(pool, "c1")
+	require.NoError(t, st.Migrate(ctx))
+	req := request.Request{Pool: "demo", GPUs: 1}
+	for _, run := range []reconcile.RunID{
+		{Cluster: "c1", JobID: 41, ArrayJobID: 40, ArrayTaskID: 0},
+		{Cluster: "c1", ArrayJobID: 40, ArrayTaskID: 1},
+	} {
+		_, _, err := st.EnsureRun(ctx, reconcile.NewReservation{Run: run, Request: req, UserName: "alice", JobState: "PENDING", Reason: "test"})
+		require.NoError(t, err)
+	}
+	args := []string{"--config=", "--database-url", url, "--cluster", "c1"}
+	var out bytes.Buffer
+	require.NoError(t, runJobCommand(ctx, &out, "describe", "40", append(args, "--json")))
+	var runs []reservationJS
+	require.NoError(t, json.Unmarshal(out.Bytes(), &runs), out.String())
+	require.Len(t, runs, 2)
+	zero, one := uint32(0), uint32(1)
+	require.Equal(t, []uint32{41, 0}, []uint32{runs[0].Job, runs[1].Job})
+	require.Equal(t, []*uint32{&zero, &one}, []*uint32{runs[0].ArrayTaskID, runs[1].ArrayTaskID})
+	require.Equal(t, []uint32{40, 40}, []uint32{runs[0].ArrayJobID, runs[1].ArrayJobID})
+	out.Reset()
+	require.NoError(t, runStatus(ctx, &out, args))
+	require.Regexp(t, `(?m)^40_1\s+0\s+alice`, out.String())
+	require.Regexp(t, `(?m)^41 \(40_0\)\s+0\s+alice`, out.String())
+}

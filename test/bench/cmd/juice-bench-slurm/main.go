@@ -54,10 +54,14 @@ func main() {
 	}
 	ctx := context.Background()
 	var md strings.Builder
-	fmt.Fprintf(&md, "## Benchmarks on the real Slurm %s cluster (P2, P4)\n\n`go run ./test/bench/cmd/juice-bench-slurm` on %s, %s UTC; "+
-		"one node (2 cores) with the SPANK plugin, job_submit.lua and the hooks wired; the test bed's controller (%s polls) "+
+	which := "P2, P4"
+	if *n == 0 && *held == 0 {
+		which = "P7"
+	}
+	fmt.Fprintf(&md, "## Benchmarks on the real Slurm %s cluster (%s)\n\n`go run ./test/bench/cmd/juice-bench-slurm` on %s, %s UTC; "+
+		"%d compute nodes (2 cores in all) with the SPANK plugin, job_submit.lua and the hooks wired; the test bed's controller (%s polls) "+
 		"and juice-sim (%s) running. Nothing is asserted on time.\n\n",
-		release(ctx, slurm), host(), time.Now().UTC().Format("2006-01-02 15:04"), *pollDesc, *simDesc)
+		release(ctx, slurm), which, host(), time.Now().UTC().Format("2006-01-02 15:04"), max(1, len(env.Nodes())), *pollDesc, *simDesc)
 	if *n > 0 {
 		if err := p2(ctx, slurm, *n, &md); err != nil {
 			fail(err)
