@@ -244,7 +244,7 @@ func (a *HookServer) register(ctx context.Context, run reconcile.RunID) (reconci
 		run.ArrayJobID, run.ArrayTaskID = j.Array.JobID, j.Array.TaskID
 	}
 	res, created, err := a.Store.EnsureRun(ctx, reconcile.NewReservation{Run: run, Request: req, UserName: j.UserName,
-		Partition: j.Partition, JobState: string(j.State), Reason: "registered by the prolog: " + req.Describe()})
+		Account: j.Account, Partition: j.Partition, JobState: string(j.State), Reason: "registered by the prolog: " + req.Describe()})
 	if created {
 		a.Log.Info("prolog registered a run the poller had not seen", "job", run.JobID, "run", run.Run, "request", req.String())
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,4 +100,77 @@ func TestPoolLabelsOnlyForKnownPools(t *testing.T) {
 	require.Equal(t, "test", c.label("test"))
 	require.Equal(t, "other", c.label("x-user-typed-this"))
 	require.Equal(t, "other", c.label("typed-0"))
+}
+
+// Issue 13 item 8: a pool's own limits. A job of an account or partition the pool does not admit fails at once
+// naming it, as one over the pool's per-job limit does; a run that would take its user over the pool's
+// max_gpus_per_user waits, pending, saying why (describe and jobs show the reason), and is served once the
+// user's other run lets its GPUs go. Another user's run is not held back by it.
+func TestPoolLimitsRefuseOrKeepWaiting(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	limits, err := policy.Parse("pools = test\npool.test.accounts = physics, ml\npool.test.partitions = debug\n" +
+		"pool.test.max_gpus = 3\npool.test.max_gpus_per_user = 3\n")
+	require.NoError(t, err)
+	job := func(id uint32, user, account, partition, req string) slurmrest.Job {
+		j := fakeslurm.JuiceJob(id, 0, slurmrest.StateRunning, req)
+		j.UserName, j.Account, j.Partition = user, account, partition
+		return j
+	}
+	h.slurm.Set(job(90, "alice", "physics", "debug", "juice:v1:pool=test,gpus=2"),
+		job(92, "bob", "ml", "debug", "juice:v1:pool=test,gpus=3"),
+		job(93, "alice", "chem", "debug", "juice:v1:pool=test,gpus=1"),
+		job(94, "alice", "physics", "batch", "juice:v1:pool=test,gpus=1"),
+		job(95, "carol", "physics", "debug", "juice:v1:pool=test,gpus=4"))
+	h.startController("a", Config{Policy: limits})
+	runOf := func(job uint32) reconcile.RunID { return reconcile.RunID{Cluster: "c1", JobID: job} }
+	eventually(t, 10*time.Second, "alice's first run and bob's are ready, the three over a limit failed", func() bool {
+		return h.stateOf(runOf(90)) == reconcile.StateReady && h.stateOf(runOf(92)) == reconcile.StateReady &&
+			h.stateOf(runOf(93)) == reconcile.StateFailed && h.stateOf(runOf(94)) == reconcile.StateFailed &&
+			h.stateOf(runOf(95)) == reconcile.StateFailed
+	})
+	for job, want := range map[uint32]string{93: `jobs of account "chem" may not use pool "test" (its accounts: ml, physics)`,
+		94: `jobs of partition "batch" may not use pool "test"`, 95: `4 GPUs asked for, at most 3 allowed per job in pool "test"`} {
+		r, err := h.store.ForRun(context.Background(), runOf(job))
+		require.NoError(t, err)
+		require.Contains(t, r.Status.FailReason, want, "job %d", job)
+		require.False(t, r.Status.Requested, "job %d: nothing was asked of the Juice Controller", job)
+	}
+	r90, err := h.store.ForRun(context.Background(), runOf(90))
+	require.NoError(t, err)
+	require.Equal(t, "physics", r90.Account, "the run's account is recorded")
+
+	// Alice holds 2 of her 3: a run of 2 more waits, and says why.
+	h.slurm.Set(job(91, "alice", "physics", "debug", "juice:v1:pool=test,gpus=2"))
+	const why = "waiting for user alice's GPUs in pool test: 2 held or being got, 2 more asked for, at most 3 at once"
+	eventually(t, 10*time.Second, "alice's second run waits", func() bool {
+		r, err := h.store.ForRun(context.Background(), runOf(91))
+		return err == nil && r.Status.State == reconcile.StatePending && strings.Contains(r.Status.Reason, why)
+	})
+	// It keeps waiting (the reconciler looks again every WaitPoll) and says so once in its history.
+	time.Sleep(300 * time.Millisecond)
+	r91, err := h.store.ForRun(context.Background(), runOf(91))
+	require.NoError(t, err)
+	require.Equal(t, reconcile.StatePending, r91.Status.State)
+	require.False(t, r91.Status.Requested)
+	events, err := h.store.Events(context.Background(), r91.ID)
+	require.NoError(t, err)
+	waits := 0
+	for _, e := range events {
+		if e.Event == reconcile.EventWait {
+			waits++
+		}
+	}
+	require.Equal(t, 1, waits, "the wait is recorded once: %v", events)
+
+	// Alice's first job ends: her second run is served.
+	ended := job(90, "alice", "physics", "debug", "juice:v1:pool=test,gpus=2")
+	ended.State = slurmrest.StateCompleted
+	h.slurm.Set(ended)
+	eventually(t, 15*time.Second, "alice's second run is ready once her first let its GPUs go", func() bool {
+		return h.stateOf(runOf(91)) == reconcile.StateReady
+	})
+	held, err := h.store.HeldGPUs(context.Background(), "test", "alice")
+	require.NoError(t, err)
+	require.Equal(t, 2, held)
 }

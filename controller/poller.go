@@ -166,7 +166,7 @@ func (p *Poller) Poll(ctx context.Context) error {
 			what = fmt.Sprintf("array element %d_%d", run.ArrayJobID, run.ArrayTaskID)
 		}
 		req, _ := JobRequest(&j, p.TrustComment)
-		news = append(news, reconcile.NewReservation{Run: run, Request: req, UserName: j.UserName, Partition: j.Partition,
+		news = append(news, reconcile.NewReservation{Run: run, Request: req, UserName: j.UserName, Account: j.Account, Partition: j.Partition,
 			JobState: string(j.State), Reason: fmt.Sprintf("%s %s: reserving %s", what, j.State, req.Describe())})
 	}
 	created, err := p.Store.Ensure(ctx, news)

@@ -31,8 +31,10 @@ JUICE_VRAM) into the job's spank_job_env.  Here, in slurmctld:
     (or gave one that merely looks like a request);
   * a request over 1024 bytes (the comment limit) is refused, never cut;
   * a request over the site's limits (juice-policy.conf: max_gpus, max_vram,
-    pools; the controller applies the same file again) is refused with the
-    limit it breaks.  No policy file: only the grammar's bounds apply.  A
+    pools, and each pool's own max_gpus, accounts and partitions; the
+    controller applies the same file again) is refused with the limit it
+    breaks.  The account is the job's --account or the user's default one;
+    the partition its --partition or the default partition.  No policy file: only the grammar's bounds apply.  A
     policy file that does not parse refuses every Juice job (a site's limits
     are never half applied) and says so in slurmctld's log.
 A job without JUICE_REQUEST passes through untouched.  What is logged is
@@ -146,11 +148,17 @@ end
 -- The site policy (juice-policy.conf), the rules of reconcile/policy and
 -- test/vectors/README.md section 5, tested against test/vectors/policy.tsv:
 --   parse_policy(text) -> policy | nil, why
---   check_policy(policy, pool, gpus, vram) -> nil | what, why
--- policy = { max_gpus = n, max_vram = "bytes" or nil, pools = set or nil }.
+--   check_policy(policy, pool, gpus, vram, account, partition) -> nil | what, why
+-- policy = { max_gpus = n, max_vram = "bytes" or nil, pools = set or nil,
+--            pool = { [name] = { max_gpus, max_gpus_per_user, accounts,
+--                                partitions, gpu_vram } } }.
 -- max_vram is at most 2^53 bytes and kept as a string of digits, so it is
--- compared with a request's VRAM exactly, as strings.
+-- compared with a request's VRAM exactly, as strings.  max_gpus_per_user
+-- (the GPUs one user may hold in a pool at once) is the controller's to
+-- enforce, as only it knows what a user holds: here a job asking more than it
+-- on its own is refused, since it could never run.
 local VRAM_BOUND = "9007199254740992" -- 2^53
+local USER_CAP_BOUND = 999999
 local UNITS = { [""] = 1073741824, b = 1, mb = 1000000, gb = 1000000000,
 	mib = 1048576, gib = 1073741824 }
 
@@ -178,8 +186,33 @@ local function parse_max_vram(v)
 	return bytes
 end
 
+-- A decimal number from 1 to max without a leading zero or sign.
+local function parse_count(v, max)
+	if not v:find("^[1-9][0-9]*$") or #v > #tostring(max) or tonumber(v) > max then return nil end
+	return tonumber(v)
+end
+
+local function good_name(name)
+	return #name <= POOL_MAX and name:find("^[A-Za-z0-9][A-Za-z0-9._-]*$") ~= nil
+end
+
+-- A set of names (the pool-name rule) separated by commas, spaces or tabs;
+-- nil when empty or when one is bad.
+local function parse_names(value, lower)
+	local set, any = {}, false
+	for name in value:gmatch("[^,%s]+") do
+		if not good_name(name) then return nil, "bad name " .. esc(name) end
+		set[lower and name:lower() or name], any = true, true
+	end
+	if not any then return nil, "the list is empty" end
+	return set
+end
+
+local POOL_SETTINGS = { max_gpus = true, max_gpus_per_user = true, accounts = true,
+	partitions = true, gpu_vram = true }
+
 local function parse_policy(text)
-	local p, seen, n = { max_gpus = MAX_GPUS }, {}, 0
+	local p, seen, n, first = { max_gpus = MAX_GPUS, pool = {} }, {}, 0, {}
 	for line in (text .. "\n"):gmatch("([^\n]*)\n") do
 		n = n + 1
 		line = line:gsub("#.*$", ""):gsub("^%s+", ""):gsub("%s+$", "")
@@ -188,40 +221,92 @@ local function parse_policy(text)
 			if not key then return nil, string.format("line %d: want key = value", n) end
 			if seen[key] then return nil, string.format("line %d: %s is given twice", n, key) end
 			seen[key] = true
-			if key == "max_gpus" then
-				if not value:find("^[1-9][0-9]*$") or #value > 4 or tonumber(value) > MAX_GPUS then
+			-- pool.<name>.<setting>: the name runs to the key's last ".".
+			local pname, setting = key:match("^pool%.(.+)%.([^.]*)$")
+			if key:sub(1, 5) == "pool." then
+				if not pname or not good_name(pname) or not POOL_SETTINGS[setting] then
+					return nil, string.format("line %d: bad pool setting %s", n, esc(key))
+				end
+				local pl = p.pool[pname]
+				if not pl then pl = {}; p.pool[pname] = pl; first[pname] = n end
+				if setting == "max_gpus" or setting == "max_gpus_per_user" then
+					local v = parse_count(value, setting == "max_gpus" and MAX_GPUS or USER_CAP_BOUND)
+					if not v then return nil, string.format("line %d: %s: want a whole number", n, key) end
+					pl[setting] = v
+				elseif setting == "accounts" or setting == "partitions" then
+					local set, why = parse_names(value, setting == "accounts")
+					if not set then return nil, string.format("line %d: %s: %s", n, key, why) end
+					pl[setting] = set
+				else
+					local bytes, why = parse_max_vram(value)
+					if not bytes then return nil, string.format("line %d: %s: %s", n, key, why) end
+					pl.gpu_vram = bytes
+				end
+			elseif key == "max_gpus" then
+				local v = parse_count(value, MAX_GPUS)
+				if not v then
 					return nil, string.format("line %d: max_gpus: want a whole number from 1 to %d", n, MAX_GPUS)
 				end
-				p.max_gpus = tonumber(value)
+				p.max_gpus = v
 			elseif key == "max_vram" then
 				local bytes, why = parse_max_vram(value)
 				if not bytes then return nil, string.format("line %d: max_vram: %s", n, why) end
 				p.max_vram = bytes
 			elseif key == "pools" then
-				local set, any = {}, false
-				for name in value:gmatch("[^,%s]+") do
-					if #name > POOL_MAX or not name:find("^[A-Za-z0-9][A-Za-z0-9._-]*$") then
-						return nil, string.format("line %d: bad pool name %s", n, esc(name))
-					end
-					set[name], any = true, true
-				end
-				if not any then return nil, string.format("line %d: pools is empty", n) end
+				local set, why = parse_names(value, false)
+				if not set then return nil, string.format("line %d: pools: %s", n, why) end
 				p.pools = set
 			else
 				return nil, string.format("line %d: unknown setting %s", n, esc(key))
 			end
 		end
 	end
+	-- A pool's own limits for a pool no job may use are a typo, not a limit.
+	if p.pools then
+		for name, line in pairs(first) do
+			if not p.pools[name] then
+				return nil, string.format("line %d: pool %s is not one of pools", line, esc(name))
+			end
+		end
+	end
 	return p
 end
 
-local function check_policy(p, pool, gpus, vram)
+local function sorted_keys(set)
+	local t = {}
+	for k in pairs(set) do t[#t + 1] = k end
+	table.sort(t)
+	return table.concat(t, ", ")
+end
+
+local function check_policy(p, pool, gpus, vram, account, partition)
 	if p == nil then return nil end
 	if p.pools and not p.pools[pool] then
 		return "pool", string.format("pool %s is not one of the site's pools", esc(pool))
 	end
+	local pl = p.pool[pool] or {}
+	account, partition = account or "", partition or ""
+	if pl.accounts and not pl.accounts[account:lower()] then
+		return "account", string.format("jobs of account %s may not use pool %s (its accounts: %s)",
+			esc(account), esc(pool), sorted_keys(pl.accounts))
+	end
+	if pl.partitions then
+		for part in (partition .. ","):gmatch("([^,]*),") do
+			if not pl.partitions[part] then
+				return "partition", string.format("jobs of partition %s may not use pool %s (its partitions: %s)",
+					esc(part), esc(pool), sorted_keys(pl.partitions))
+			end
+		end
+	end
 	if gpus > p.max_gpus then
 		return "gpus", string.format("%d GPUs asked for, at most %d allowed per job", gpus, p.max_gpus)
+	end
+	if pl.max_gpus and gpus > pl.max_gpus then
+		return "gpus", string.format("%d GPUs asked for, at most %d allowed per job in pool %s", gpus, pl.max_gpus, esc(pool))
+	end
+	if pl.max_gpus_per_user and gpus > pl.max_gpus_per_user then
+		return "gpus", string.format("%d GPUs asked for, but one user may hold at most %d in pool %s at once",
+			gpus, pl.max_gpus_per_user, esc(pool))
 	end
 	if vram and p.max_vram and not le_digits(vram, p.max_vram) then
 		return "vram", string.format("a VRAM slice of %s bytes asked for, at most %s allowed", vram, p.max_vram)
@@ -256,6 +341,17 @@ end
 -- For the tests.
 M.parse_request, M.parse_policy, M.check_policy, M.esc = parse_request, parse_policy, check_policy, esc
 M.forget_policy = function() cache.at = nil end
+
+-- The partition a job without --partition gets: the one part_list (the
+-- partitions the user may use, by name) flags as the default.  flag_default is
+-- a number, and 0 is true in Lua.
+local function default_partition(part_list)
+	for name, part in pairs(part_list or {}) do
+		local ok, flag = pcall(function() return part.flag_default end)
+		if ok and flag and flag ~= 0 then return part.name or name end
+	end
+	return nil
+end
 
 local function refuse(msg, code)
 	slurm.log_user("juice: %s", msg)
@@ -306,7 +402,8 @@ function M.job_submit(job_desc, part_list, submit_uid)
 		slurm.log_error("juice: the site policy does not parse, refusing Juice jobs: %s", why)
 		return refuse("the site's Juice policy is broken; ask your administrator")
 	end
-	local what, reason = check_policy(policy, pool, gpus, vram)
+	local what, reason = check_policy(policy, pool, gpus, vram,
+		job_desc.account or job_desc.default_account, job_desc.partition or default_partition(part_list))
 	if what then
 		return refuse(string.format("%s (the site's limit on %s)", reason, what))
 	end

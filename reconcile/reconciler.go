@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -23,6 +24,9 @@ type Store interface {
 	SaveStatus(ctx context.Context, r *Reservation, t Transition) error
 	// Sealed returns a reservation's sealed session file (to seal it again for the job an array element became).
 	Sealed(ctx context.Context, id uuid.UUID) ([]byte, error)
+	// HeldGPUs counts the GPUs user holds or is getting in pool: those of its reservations that were asked of
+	// the Juice Controller and are not released yet (requesting, waiting, ready, releasing).
+	HeldGPUs(ctx context.Context, pool, user string) (int, error)
 }
 
 // Reconciler is the one actor that moves reservations along the state machine: it drives each reservation
@@ -50,6 +54,9 @@ type Reconciler struct {
 	Policy *policy.Policy
 	// Liveness, when set, checks ready sessions per pool walk instead of one GetSession each (liveness.go).
 	Liveness *Liveness
+	// capMu makes the count of a user's GPUs and the request that follows it one step, so that two workers never
+	// both let a user past the site policy's cap (only the leader's reconciler moves reservations).
+	capMu sync.Mutex
 	// OnReady, when set, hears of each reservation that became ready (for metrics).
 	OnReady func(r *Reservation)
 	Now     func() time.Time
@@ -108,9 +115,12 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 	req := juiceapi.SessionRequest{PoolID: r.Request.Pool, GPUs: r.Request.GPUs, VRAMPerGPU: r.Request.VRAM}
 	switch r.Status.State {
 	case StatePending:
-		if err := rc.Policy.Check(r.Request); err != nil {
+		if err := rc.Policy.Check(r.Request, policy.Job{Account: r.Account, Partition: r.Partition}); err != nil {
 			// Permanent: asking again cannot help, so the run fails now with the limit it breaks.
 			return Result{}, false, rc.apply(ctx, log, r, EventFail, err.Error())
+		}
+		if rc.Policy.UserCap(r.Request.Pool) > 0 {
+			return rc.requestWithinCap(ctx, log, r)
 		}
 		// The intent is committed here, before the controller is asked: a crash after this line finds the
 		// reservation requesting, and asks again with the same key.
@@ -253,6 +263,28 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed, reason)
 	}
 	return Result{}, true, fmt.Errorf("reservation %s: unknown state %q", r.ID, r.Status.State)
+}
+
+// requestWithinCap asks for r's session when its user stays within the site policy's cap on GPUs in the pool,
+// and otherwise keeps it pending, saying why (once: the reason shows in describe and jobs),
+// and looks again after WaitPoll: what users expect of a quota, a run that waits its turn rather than one that
+// fails.
+func (rc *Reconciler) requestWithinCap(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
+	rc.capMu.Lock()
+	defer rc.capMu.Unlock()
+	held, err := rc.Store.HeldGPUs(ctx, r.Request.Pool, r.UserName)
+	if err != nil {
+		return Result{}, true, fmt.Errorf("count the GPUs user %q holds in pool %s: %w", r.UserName, r.Request.Pool, err)
+	}
+	if why := rc.Policy.Wait(r.Request, r.UserName, held); why != "" {
+		if r.Status.Reason != why {
+			if err := rc.apply(ctx, log, r, EventWait, why); err != nil {
+				return Result{}, true, err
+			}
+		}
+		return Result{RequeueAfter: rc.WaitPoll}, true, nil
+	}
+	return Result{}, false, rc.apply(ctx, log, r, EventRequest, requestReason(*r))
 }
 
 // walk reads the pool's agents and the sessions they hold (the run's key finds its sessions there).

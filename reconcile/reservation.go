@@ -69,8 +69,10 @@ type Reservation struct {
 	ID      uuid.UUID
 	Run     RunID
 	Request request.Request
-	// UserName and Partition are for people reading status.
+	// UserName, Account (the Slurm account the job is charged to) and Partition are what the site policy and the
+	// report need of the job, and what people reading status see. Empty when Slurm did not say.
 	UserName  string
+	Account   string
 	Partition string
 	CreatedAt time.Time
 
@@ -138,6 +140,7 @@ type NewReservation struct {
 	Run       RunID
 	Request   request.Request
 	UserName  string
+	Account   string
 	Partition string
 	JobState  string
 	// Reason says who saw the run first: the poller, or a prolog that came before it.

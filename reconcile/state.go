@@ -15,6 +15,7 @@ import (
 //	                         │
 //	                         └──closed, after a failure──► failed
 //
+// pending may also wait (stay pending, saying why in Reason): a user at the site policy's cap on GPUs in a pool.
 // pending and requesting may also fail straight to failed when no session can exist yet (pending), or the
 // controller refused the request outright (requesting: no capacity ever, unknown pool).
 //
@@ -50,6 +51,7 @@ type Event string
 
 const (
 	EventRequest  Event = "request"  // we are about to ask the controller (committed before we ask)
+	EventWait     Event = "wait"     // not asked yet, and why: the site policy's cap on one user's GPUs in a pool
 	EventQueued   Event = "queued"   // the controller gave us a session id
 	EventActive   Event = "active"   // the session is active; its file is sealed
 	EventUnwanted Event = "unwanted" // the run no longer needs a session: ended, cancelled, vanished, requeued, held
@@ -71,6 +73,7 @@ type Transition struct {
 var next = map[State]map[Event]State{
 	StatePending: {
 		EventRequest:  StateRequesting,
+		EventWait:     StatePending,
 		EventUnwanted: StateReleased,
 		EventFail:     StateFailed,
 	},

@@ -5,11 +5,20 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
+
+// dash reads policy.tsv's "-" as an empty string.
+func dash(s string) string {
+	if s == "-" {
+		return ""
+	}
+	return s
+}
 
 // unescape undoes policy.tsv's escapes: \\ \t \n \r.
 func unescape(t *testing.T, s string) string {
@@ -34,8 +43,13 @@ func TestVectors(t *testing.T) {
 			continue
 		}
 		cols := strings.Split(line, "\t")
-		if len(cols) != 3 {
-			t.Fatalf("policy.tsv:%d: want 3 columns, got %d", n, len(cols))
+		if len(cols) != 6 {
+			t.Fatalf("policy.tsv:%d: want 6 columns, got %d", n, len(cols))
+		}
+		job := Job{Account: dash(cols[2]), Partition: dash(cols[3])}
+		held, err := strconv.Atoi(cols[4])
+		if err != nil {
+			t.Fatalf("policy.tsv:%d: held %q: %v", n, cols[4], err)
 		}
 		rows++
 		text := unescape(t, cols[0])
@@ -50,7 +64,7 @@ func TestVectors(t *testing.T) {
 		got := "ok"
 		if err != nil {
 			got = "bad-policy"
-		} else if err := p.Check(req); err != nil {
+		} else if err := p.Check(req, job); err != nil {
 			var r *Refusal
 			if !errors.As(err, &r) {
 				t.Fatalf("policy.tsv:%d: Check gave %T, not a *Refusal", n, err)
@@ -59,9 +73,14 @@ func TestVectors(t *testing.T) {
 			if !strings.Contains(err.Error(), "site policy") {
 				t.Errorf("policy.tsv:%d: the refusal %q does not say it is the site policy's", n, err)
 			}
+		} else if why := p.Wait(req, "u1", held); why != "" {
+			got = "wait"
+			if !strings.Contains(why, "u1") || !strings.Contains(why, req.Pool) || !strings.Contains(why, "max_gpus_per_user") {
+				t.Errorf("policy.tsv:%d: the wait %q does not name the user, the pool and the limit", n, why)
+			}
 		}
-		if got != cols[2] {
-			t.Errorf("policy.tsv:%d: policy %q, %s: got %s, want %s (parse error: %v)", n, cols[0], cols[1], got, cols[2], err)
+		if got != cols[5] {
+			t.Errorf("policy.tsv:%d: policy %q, %s %v held %d: got %s, want %s (parse error: %v)", n, cols[0], cols[1], job, held, got, cols[5], err)
 		}
 		if err == nil && got != "bad-policy" {
 			// What String prints parses to the same limits.
@@ -74,18 +93,21 @@ func TestVectors(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if rows < 40 {
+	if rows < 100 {
 		t.Fatalf("only %d rows in policy.tsv", rows)
 	}
 }
 
 func TestNilPolicyAllowsTheGrammar(t *testing.T) {
 	var p *Policy
-	if err := p.Check(request.Request{Pool: "x", GPUs: request.MaxGPUs}); err != nil {
+	if err := p.Check(request.Request{Pool: "x", GPUs: request.MaxGPUs}, Job{}); err != nil {
 		t.Fatal(err)
 	}
 	if p.KnowsPool("x") {
 		t.Fatal("a nil policy knows no pool")
+	}
+	if p.Wait(request.Request{Pool: "x", GPUs: 8}, "u1", 1000) != "" || p.UserCap("x") != 0 || p.GPUVRAM("x") != 0 {
+		t.Fatal("a nil policy keeps no run waiting")
 	}
 }
 
@@ -100,5 +122,54 @@ func TestLoadNamesTheFileAndLine(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("a missing file must be an error")
+	}
+}
+
+// The refusals name the value and the limit, as users read them at the prompt and in describe.
+func TestRefusalsNameTheValueAndTheLimit(t *testing.T) {
+	p, err := Parse("pools = a100, demo\npool.a100.accounts = physics, ml\npool.a100.partitions = gpu\n" +
+		"pool.a100.max_gpus = 2\npool.a100.max_gpus_per_user = 3\npool.a100.gpu_vram = 80GiB\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		req  string
+		job  Job
+		want []string
+	}{
+		{"juice:v1:pool=a100,gpus=1", Job{Account: "chem", Partition: "gpu"}, []string{`account "chem"`, `pool "a100"`, "ml, physics"}},
+		{"juice:v1:pool=a100,gpus=1", Job{Account: "ml", Partition: "gpu,cpu"}, []string{`partition "cpu"`, `pool "a100"`, "gpu"}},
+		{"juice:v1:pool=a100,gpus=3", Job{Account: "ml", Partition: "gpu"}, []string{"3 GPUs", "at most 2", `pool "a100"`}},
+	} {
+		req, err := request.Parse(c.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.Check(req, c.job)
+		if err == nil {
+			t.Fatalf("%s %v: allowed", c.req, c.job)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s %v: %q does not say %q", c.req, c.job, err, w)
+			}
+		}
+	}
+	if got := p.GPUVRAM("a100"); got != 80*request.GiB {
+		t.Fatalf("gpu_vram: %d", got)
+	}
+	why := p.Wait(request.Request{Pool: "a100", GPUs: 2}, "alice", 2)
+	for _, w := range []string{"alice", "a100", "2 held", "2 more", "at most 3"} {
+		if !strings.Contains(why, w) {
+			t.Errorf("wait %q does not say %q", why, w)
+		}
+	}
+	if p.Wait(request.Request{Pool: "a100", GPUs: 2}, "", 2) != "" {
+		t.Error("a run of an unknown user is not capped")
+	}
+	// The policy prints as it parses.
+	again, err := Parse(p.String())
+	if err != nil || again.String() != p.String() {
+		t.Fatalf("String %q: %v", p.String(), err)
 	}
 }

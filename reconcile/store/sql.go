@@ -14,7 +14,7 @@ const NotifyChannel = "juice_reservations"
 // enforces it even when two writers race; TestBlocksNewIsTheIndexPredicate checks that they agree.
 const blocksNew = `(state <> 'released' OR run_over)`
 
-const columns = `id, cluster, job_id, run, request, user_name, partition, created_at,
+const columns = `id, cluster, job_id, run, request, user_name, account, partition, created_at,
 	wanted, want_reason, run_over, job_state, job_reason,
 	state, reason, fail_reason, requested, session_id, agent_address, ready_at, updated_at, version,
 	array_job_id, array_task_id, sealed_job_id`
@@ -56,14 +56,14 @@ var (
 	// they are. One statement for any number of runs, with the creation events and the notifications.
 	sqlEnsure = `WITH n AS (
 			SELECT * FROM unnest($2::uuid[], $3::bigint[], $4::integer[], $5::text[], $6::text[], $7::integer[],
-				$8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[], $14::bigint[])
+				$8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[], $14::bigint[], $15::text[])
 				AS n(id, job_id, run, request, pool, gpus, vram, user_name, partition, reason, job_state, array_job_id,
-					array_task_id)),
+					array_task_id, account)),
 		ins AS (
 			INSERT INTO juice_reservations (id, cluster, job_id, run, request, pool, gpus, vram, user_name, partition,
-				state, reason, wanted, job_state, array_job_id, array_task_id)
+				state, reason, wanted, job_state, array_job_id, array_task_id, account)
 			SELECT id, $1, job_id, run, request, pool, gpus, vram, user_name, partition, 'pending', reason, true, job_state,
-				array_job_id, array_task_id
+				array_job_id, array_task_id, account
 			FROM n
 			-- The arbiters are juice_reservations_live_run and, for an array's element, juice_reservations_live_element
 			-- (the same predicate): a run blocked by either is left as it is.
@@ -145,6 +145,10 @@ var (
 	sqlEvents = `SELECT e.from_state, e.to_state, e.event, e.reason, e.at FROM juice_events e
 		JOIN juice_reservations r ON r.id = e.reservation_id
 		WHERE r.cluster = $1 AND e.reservation_id = $2 ORDER BY e.id`
+	// The GPUs a user holds or is getting in a pool (the site policy's max_gpus_per_user): its runs that were
+	// asked of the Juice Controller and are not released yet, on the partial index of open rows.
+	sqlHeldGPUs = `SELECT coalesce(sum(gpus), 0) FROM juice_reservations WHERE cluster = $1 AND pool = $2
+		AND user_name = $3 AND state IN ('requesting', 'waiting', 'ready', 'releasing')`
 	sqlSummary = `SELECT pool, state, count(*) FROM juice_reservations WHERE cluster = $1
 		GROUP BY pool, state ORDER BY pool, state`
 	// Retention: the oldest reservations that ended before $2, at most $3 of them (index

@@ -238,7 +238,7 @@ func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]r
 	ids, jobs, runs, texts, pools := make([]uuid.UUID, n), make([]*int64, n), make([]int32, n), make([]string, n), make([]string, n)
 	arrays, tasks := make([]*int64, n), make([]*int64, n)
 	gpus, vram := make([]int32, n), make([]int64, n)
-	users, parts, reasons, states := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	users, parts, reasons, states, accounts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, nr := range nrs {
 		if nr.Run.Cluster != s.cluster {
 			return nil, fmt.Errorf("ensure reservation of %s: this store serves cluster %s", nr.Run, s.cluster)
@@ -254,10 +254,10 @@ func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]r
 			arrays[i], tasks[i] = nullable(nr.Run.ArrayJobID), ptr(int64(nr.Run.ArrayTaskID))
 		}
 		texts[i], pools[i], gpus[i], vram[i] = nr.Request.String(), nr.Request.Pool, int32(nr.Request.GPUs), int64(nr.Request.VRAM)
-		users[i], parts[i], reasons[i], states[i] = nr.UserName, nr.Partition, nr.Reason, nr.JobState
+		users[i], parts[i], reasons[i], states[i], accounts[i] = nr.UserName, nr.Partition, nr.Reason, nr.JobState, nr.Account
 	}
 	created, err := scanAll(s.pool.Query(ctx, sqlEnsure, s.cluster, ids, jobs, runs, texts, pools, gpus, vram, users, parts, reasons, states,
-		arrays, tasks))
+		arrays, tasks, accounts))
 	if err != nil {
 		return nil, fmt.Errorf("ensure %d reservations: %w", n, err)
 	}
@@ -516,6 +516,15 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	}
 }
 
+// HeldGPUs counts the GPUs user holds or is getting in pool (see reconcile.Store).
+func (s *Store) HeldGPUs(ctx context.Context, pool, user string) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, sqlHeldGPUs, s.cluster, pool, user).Scan(&n); err != nil {
+		return 0, fmt.Errorf("GPUs user %q holds in pool %s: %w", user, pool, err)
+	}
+	return n, nil
+}
+
 // Summary counts the cluster's reservations by pool and state.
 func (s *Store) Summary(ctx context.Context) ([]Count, error) {
 	return s.counts(ctx, "summary", sqlSummary)
@@ -595,7 +604,7 @@ func scanAll(rows pgx.Rows, err error) ([]reconcile.Reservation, error) {
 		var jobID, array, task, sealedFor *int64
 		var text string
 		var readyAt *time.Time
-		dest := []any{&r.ID, &r.Run.Cluster, &jobID, &r.Run.Run, &text, &r.UserName, &r.Partition, &r.CreatedAt,
+		dest := []any{&r.ID, &r.Run.Cluster, &jobID, &r.Run.Run, &text, &r.UserName, &r.Account, &r.Partition, &r.CreatedAt,
 			&r.Spec.Wanted, &r.Spec.WantReason, &r.Spec.RunOver, &r.Spec.JobState, &r.Spec.JobReason,
 			&r.Status.State, &r.Status.Reason, &r.Status.FailReason, &r.Status.Requested, &r.Status.SessionID,
 			&r.Status.AgentAddress, &readyAt, &r.Status.UpdatedAt, &r.Status.Version, &array, &task, &sealedFor}

@@ -211,21 +211,26 @@ for line in (ptsv and ptsv:lines() or function() end) do
 		prows = prows + 1
 		local f = split_tabs(line)
 		local text = f[1] == "-" and "" or unescape(f[1]:gsub("\\r", "\r"))
+		check(#f == 6, "policy.tsv:" .. lineno .. ": 6 columns")
 		local kind, pool, gpus, vram = juice.parse_request(f[2])
 		check(kind == "ok", "policy.tsv:" .. lineno .. ": request parses")
+		local account = f[3] == "-" and "" or f[3]
+		local partition = f[4] == "-" and "" or f[4]
 		local p = juice.parse_policy(text)
 		local got = "ok"
 		if not p then
 			got = "bad-policy"
 		else
-			local what = juice.check_policy(p, pool, gpus, vram)
+			local what = juice.check_policy(p, pool, gpus, vram, account, partition)
 			if what then got = "refuse " .. what end
 		end
-		check(got == f[3], string.format("policy.tsv:%d: %s %s: got %s, want %s", lineno, f[1], f[2], got, f[3]))
+		-- A run that waits for its user's GPUs (held, column 5) is the controller's: allowed at submission.
+		local want = f[6] == "wait" and "ok" or f[6]
+		check(got == want, string.format("policy.tsv:%d: %s %s %s %s: got %s, want %s", lineno, f[1], f[2], f[3], f[4], got, tostring(want)))
 	end
 end
 if ptsv then ptsv:close() end
-check(prows >= 40, "policy.tsv: rows")
+check(prows >= 100, "policy.tsv: rows")
 print(string.format("policy.tsv: %d rows", prows))
 
 -- The policy file applies at submission, and is re-read when it changes.
@@ -251,6 +256,34 @@ rc, jd, msg = submit({ "JUICE_REQUEST=juice:v1:pool=other,gpus=1" }, nil)
 check(rc == slurm.ERROR and msg and msg:find("pool") and jd.admin_comment == nil, "unknown pool refused: " .. tostring(msg))
 rc, jd = submit({ "JUICE_REQUEST=juice:v1:pool=demo,gpus=8" }, nil)
 check(rc == 0 and jd.admin_comment == "juice:v1:pool=demo,gpus=8", "within the policy")
+-- A pool's own limits: the job's account (--account, else the user's default)
+-- and partition (--partition, else the default one in part_list).
+policy_file("pools = a100, test\npool.a100.accounts = physics\npool.a100.partitions = gpu\n" ..
+	"pool.a100.max_gpus = 2\npool.a100.max_gpus_per_user = 4\n")
+local function submit_as(account, default_account, partition, parts, req)
+	local jd = { spank_job_env = env({ "JUICE_REQUEST=" .. req }), account = account,
+		default_account = default_account, partition = partition }
+	last_user_msg = nil
+	return slurm_job_submit(jd, parts or {}, 1000), jd, last_user_msg
+end
+local gpu_default = { gpu = { name = "gpu", flag_default = 1 }, cpu = { name = "cpu", flag_default = 0 } }
+local cpu_default = { gpu = { name = "gpu", flag_default = 0 }, cpu = { name = "cpu", flag_default = 1 } }
+rc, jd = submit_as("physics", nil, "gpu", nil, "juice:v1:pool=a100,gpus=2")
+check(rc == 0 and jd.admin_comment == "juice:v1:pool=a100,gpus=2", "account and partition allowed")
+rc, jd = submit_as(nil, "physics", nil, gpu_default, "juice:v1:pool=a100,gpus=1")
+check(rc == 0, "the default account and the default partition")
+rc, jd, msg = submit_as("chem", "physics", "gpu", nil, "juice:v1:pool=a100,gpus=1")
+check(rc == slurm.ERROR and msg and msg:find('account "chem"', 1, true) and msg:find("physics") and jd.admin_comment == nil,
+	"an account not allowed in the pool: " .. tostring(msg))
+rc, jd, msg = submit_as(nil, "physics", nil, cpu_default, "juice:v1:pool=a100,gpus=1")
+check(rc == slurm.ERROR and msg and msg:find('partition "cpu"', 1, true) and jd.admin_comment == nil,
+	"the default partition not allowed in the pool: " .. tostring(msg))
+rc, jd, msg = submit_as(nil, nil, "gpu", nil, "juice:v1:pool=a100,gpus=1")
+check(rc == slurm.ERROR and msg and msg:find('account ""', 1, true), "no account: " .. tostring(msg))
+rc, jd, msg = submit_as("physics", nil, "gpu", nil, "juice:v1:pool=a100,gpus=3")
+check(rc == slurm.ERROR and msg and msg:find("at most 2 allowed per job in pool", 1, true), "a pool's max_gpus: " .. tostring(msg))
+rc, jd = submit_as(nil, nil, "cpu", nil, "juice:v1:pool=test,gpus=3")
+check(rc == 0, "another pool's limits do not apply")
 policy_file("max_gpus = lots\n")
 rc, jd, msg = submit({ "JUICE_REQUEST=juice:v1:pool=demo,gpus=1" }, nil)
 check(rc == slurm.ERROR and msg and msg:find("policy is broken") and last_error:find("line 1"), "a broken policy refuses Juice jobs")
