@@ -182,6 +182,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 			"--slurmrestd-url", env.SlurmrestdURL(), "--slurm-user", env.SlurmUser(), "--slurm-token-file", env.TokenFile(),
 			"--cluster-key", env.ClusterKey(), "--hook-secret", env.HookSecret(), "--policy", env.PolicyFile(),
 			"--hook-cert", env.HookCert(), "--hook-key", env.HookKey(), "--scontrol", env.Scontrol(),
+			"--state-dir", env.Get("JUICE_TESTBED_SESSIONS_DIR"),
 			"--hook-listen", hookAddr, "--poll-interval", "500ms", "--session-poll", "200ms", "--lease-ttl", "3s",
 			"--sweep-interval", "15s", "--log-format", "json"}, juiceArgs...)...)
 		if err := testbed.StartLogged(cmd, ctlLog); err != nil {

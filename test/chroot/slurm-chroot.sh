@@ -701,7 +701,7 @@ EOF
 			--juice-url "http://127.0.0.1:$SIM_PORT" --juice-token-file "$demo/juice.token" \
 			--cluster-key "$ROOT$JUICE_ETC/cluster.key" --hook-secret "$ROOT$JUICE_ETC/hook.secret" \
 			--policy "$ROOT$JUICE_ETC/juice-policy.conf" --hook-cert $JUICE_ETC/hook.crt --hook-key $JUICE_ETC/hook.key \
-			--hook-listen "$hook" --poll-interval 1s --scontrol "$RUNDIR/scontrol" \
+			--hook-listen "$hook" --poll-interval 1s --scontrol "$RUNDIR/scontrol" --state-dir "$ROOT$JUICE_SESSIONS" \
 			</dev/null >>"$RUNDIR/juice-controller.log" 2>&1 &
 		echo $! >"$RUNDIR/juice-controller.pid"
 	fi

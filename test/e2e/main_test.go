@@ -161,7 +161,7 @@ func startControllerOn(dbURL string) error {
 		"--juice-url", world.juiceURL, "--juice-token-file", world.juiceToken, "--juice-pools", world.juicePools,
 		"--cluster-key", world.env.ClusterKey(), "--hook-secret", world.env.HookSecret(), "--policy", world.env.PolicyFile(),
 		"--hook-cert", world.env.HookCert(), "--hook-key", world.env.HookKey(), "--hook-listen", hookAddr,
-		"--scontrol", world.env.Scontrol(),
+		"--scontrol", world.env.Scontrol(), "--state-dir", world.env.Get("JUICE_TESTBED_SESSIONS_DIR"),
 		"--poll-interval", "500ms", "--session-poll", "100ms", "--lease-ttl", "3s", "--sweep-interval", "10s",
 		"--log-format", "json")
 	if err := testbed.StartLogged(c, world.ctlLog); err != nil {
