@@ -45,9 +45,20 @@ func statusFlags(fs *flag.FlagSet) *statusOpts {
 func jobFlags(fs *flag.FlagSet) *storeOpts { return storeFlags(fs) }
 
 func openStore(ctx context.Context, fs *flag.FlagSet, o *storeOpts, args []string) (*store.Store, string, func(), error) {
+	return openStoreAfter(ctx, fs, o, args, nil)
+}
+
+// openStoreAfter is openStore with check, when not nil, run on the parsed flags first: a bad usage is told
+// before the database is dialled.
+func openStoreAfter(ctx context.Context, fs *flag.FlagSet, o *storeOpts, args []string, check func() error) (*store.Store, string, func(), error) {
 	dbURL, cluster := o.dbURL, o.cluster
 	if err := parseFlags(fs, args); err != nil {
 		return nil, "", nil, err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, "", nil, usageError{err}
+		}
 	}
 	if *dbURL == "" || *cluster == "" {
 		return nil, "", nil, usageError{fmt.Errorf("%s: --database-url and --cluster are required (in %s, or JUICE_DATABASE_URL and JUICE_CLUSTER)", fs.Name(), DefaultConfig)}
@@ -184,6 +195,7 @@ type reservationJS struct {
 	ArrayTaskID  *uint32    `json:"array_task_id,omitempty"`
 	Run          int        `json:"run"`
 	User         string     `json:"user"`
+	Account      string     `json:"account,omitempty"`
 	Partition    string     `json:"partition"`
 	Request      requestOut `json:"request"`
 	State        string     `json:"state"`
@@ -210,7 +222,7 @@ type eventOut struct {
 
 func reservationJSON(r reconcile.Reservation) reservationJS {
 	out := reservationJS{ID: r.ID.String(), Cluster: r.Run.Cluster, Job: r.Run.JobID, Run: r.Run.Run, User: r.UserName,
-		Partition: r.Partition, Request: requestOut{Pool: r.Request.Pool, GPUs: r.Request.GPUs, VRAMBytes: r.Request.VRAM,
+		Account: r.Account, Partition: r.Partition, Request: requestOut{Pool: r.Request.Pool, GPUs: r.Request.GPUs, VRAMBytes: r.Request.VRAM,
 			Text: r.Request.String()}, State: string(r.Status.State), Reason: r.Status.Reason, FailReason: r.Status.FailReason,
 		Wanted: r.Spec.Wanted, WantReason: r.Spec.WantReason, JobState: r.Spec.JobState, JobReason: r.Spec.JobReason,
 		SessionID: r.Status.SessionID, AgentAddress: r.Status.AgentAddress, Created: r.CreatedAt.UTC()}

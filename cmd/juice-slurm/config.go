@@ -37,11 +37,13 @@ var settingCommands = map[string]func(*flag.FlagSet){
 	"version":    func(fs *flag.FlagSet) { versionFlags(fs) },
 	"migrate":    func(fs *flag.FlagSet) { migrateFlags(fs) },
 	"key":        func(fs *flag.FlagSet) { keyFlags(fs) },
+	"report":     func(fs *flag.FlagSet) { reportFlags(fs) },
 }
 
 // commandLineOnly are flags about one invocation's output: neither the file nor the environment sets them, so a
 // script that runs `status --json` gets JSON and one that runs `status` gets the table, whatever the host says.
-var commandLineOnly = map[string]bool{"json": true, "all": true, "check": true, "config": true, "events": true, "from": true}
+var commandLineOnly = map[string]bool{"json": true, "all": true, "check": true, "config": true, "events": true, "from": true,
+	"since": true, "until": true, "by": true, "format": true}
 
 // knownSettings is every name the configuration file may hold.
 func knownSettings() map[string]bool {

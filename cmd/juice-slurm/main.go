@@ -35,6 +35,8 @@ Usage:
   juice-slurm status [flags]              runs by state and pool
   juice-slurm describe job N [flags]      the history of job N's reservations
   juice-slurm release job N [flags]       release job N's sessions now
+  juice-slurm report --since WHEN --by user|account|pool [--format table|csv|json]
+                                          GPU-hours and VRAM-GiB-hours from the database ('report --help')
   juice-slurm jobs [--events] [flags]     your own Juice jobs' runs and history (for users: MUNGE, no database)
   juice-slurm key show|rotate|retire      the cluster key: its ids; a new one, keeping the old as previous; drop the previous
   juice-slurm settings [COMMAND] [flags]  the settings COMMAND (default controller) runs with, and their source
@@ -120,6 +122,8 @@ func run(ctx context.Context, args []string) error {
 		return runStatus(ctx, os.Stdout, rest)
 	case "jobs":
 		return runJobs(ctx, os.Stdout, rest)
+	case "report":
+		return runReport(ctx, os.Stdout, rest)
 	case "describe", "release":
 		if len(rest) < 2 || rest[0] != "job" {
 			return usageError{fmt.Errorf("usage: juice-slurm %s job N [flags]", cmd)}

@@ -162,6 +162,23 @@ var (
 		AND state NOT IN ('released', 'failed') GROUP BY pool, state ORDER BY pool, state`
 )
 
+// sqlUsage is the accounting of juice-slurm report, grouped by keyColumn (user_name, account or pool; never a
+// user's text) and pool: each run whose session was ready within [$2, $3) counts the part of its holding that
+// falls within it. A run holds its session from ready_at until its reservation became final (released or failed:
+// its session was cancelled, updated_at) or, while it is not final, until now. Per group: the runs, GPU-seconds
+// (gpus × seconds), the byte-seconds of VRAM slices, and the GPU-seconds of runs that asked for whole GPUs (whose
+// VRAM is the pool's, known only to the site policy).
+func sqlUsage(keyColumn string) string {
+	return `SELECT key, pool, count(*), sum(gpus * s),
+			sum(CASE WHEN vram > 0 THEN vram::float8 * gpus * s ELSE 0 END),
+			sum(CASE WHEN vram = 0 THEN gpus * s ELSE 0 END)
+		FROM (SELECT ` + keyColumn + ` AS key, pool, gpus, vram,
+				extract(epoch FROM least(CASE WHEN state IN ('released', 'failed') THEN updated_at ELSE now() END, $3)
+					- greatest(ready_at, $2))::float8 AS s
+			FROM juice_reservations WHERE cluster = $1 AND ready_at IS NOT NULL AND ready_at < $3) held
+		WHERE s > 0 GROUP BY key, pool ORDER BY key, pool`
+}
+
 // The leader lease.
 const (
 	// Take the lease when it is free, expired or already ours; otherwise leave it. The row comes back only

@@ -525,6 +525,54 @@ func (s *Store) HeldGPUs(ctx context.Context, pool, user string) (int, error) {
 	return n, nil
 }
 
+// UsageBy is what juice-slurm report groups by.
+type UsageBy string
+
+const (
+	ByUser    UsageBy = "user"
+	ByAccount UsageBy = "account"
+	ByPool    UsageBy = "pool"
+)
+
+// usageColumns are the columns a report may group by: the only text put into sqlUsage.
+var usageColumns = map[UsageBy]string{ByUser: "user_name", ByAccount: "account", ByPool: "pool"}
+
+// Usage is one group's use of one pool's GPUs within a report's period (see sqlUsage).
+type Usage struct {
+	// Key is the user, account or pool; empty when the run's was not known (an account before migration 6).
+	Key  string
+	Pool string
+	// Runs counts the runs whose holding overlaps the period.
+	Runs int
+	// GPUSeconds is GPUs × seconds held, within the period.
+	GPUSeconds float64
+	// SliceByteSeconds is the VRAM slices' bytes × seconds held.
+	SliceByteSeconds float64
+	// WholeGPUSeconds is the part of GPUSeconds of runs that asked for whole GPUs (no VRAM slice).
+	WholeGPUSeconds float64
+}
+
+// Usage reports the cluster's use of GPUs from since to until, by user, account or pool, and pool.
+func (s *Store) Usage(ctx context.Context, by UsageBy, since, until time.Time) ([]Usage, error) {
+	col, ok := usageColumns[by]
+	if !ok {
+		return nil, fmt.Errorf("usage by %q: want user, account or pool", by)
+	}
+	rows, err := s.pool.Query(ctx, sqlUsage(col), s.cluster, since, until)
+	if err != nil {
+		return nil, fmt.Errorf("usage by %s: %w", by, err)
+	}
+	us, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Usage, error) {
+		var u Usage
+		err := row.Scan(&u.Key, &u.Pool, &u.Runs, &u.GPUSeconds, &u.SliceByteSeconds, &u.WholeGPUSeconds)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("usage by %s: %w", by, err)
+	}
+	return us, nil
+}
+
 // Summary counts the cluster's reservations by pool and state.
 func (s *Store) Summary(ctx context.Context) ([]Count, error) {
 	return s.counts(ctx, "summary", sqlSummary)
