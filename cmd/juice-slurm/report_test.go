@@ -46,7 +46,10 @@ func TestReportFigures(t *testing.T) {
 			r.ID, string(state), ready, end)
 		require.NoError(t, err)
 	}
-	at := func(h, m int) *time.Time { x := t0.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute); return &x }
+	at := func(h, m int) *time.Time {
+		x := t0.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute)
+		return &x
+	}
 	add(1, "alice", "physics", "a100", 2, 0, reconcile.StateReleased, at(1, 0), *at(4, 0))
 	add(2, "alice", "physics", "demo", 1, 8*request.GiB, reconcile.StateReleased, at(2, 0), *at(2, 30))
 	add(3, "bob", "ml", "demo", 3, 0, reconcile.StateReleased, at(9, 0), *at(11, 0))
