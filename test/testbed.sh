@@ -506,9 +506,10 @@ cmd_wire() {
 		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$LOG/juice-hooks.log#" \
 		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
 		"$ART_CONFIG/juice-config.sh" >$JUICE_ETC/juice-config.sh
-	# The site policy job_submit.lua and the controller both read: the plugstack's limits, and the pools of
-	# juice-sim's configurations (the demo's and the e2e suite's).
-	sed -e 's/^pools = .*/pools = demo, small, test/' "$ART_POLICY" >$JUICE_ETC/.juice-policy.conf.new
+	# The site policy job_submit.lua and the controller both read: the plugstack's limits, the pools of
+	# juice-sim's configurations (the demo's and the e2e suite's), and the e2e suite's pool limits.
+	sed -e 's/^pools = .*/pools = demo, small, test, lab/' "$ART_POLICY" >$JUICE_ETC/.juice-policy.conf.new
+	cat "$REPO/test/testbed/juice-policy.extra" >>$JUICE_ETC/.juice-policy.conf.new
 	chmod 0644 $JUICE_ETC/.juice-policy.conf.new && mv $JUICE_ETC/.juice-policy.conf.new $JUICE_ETC/juice-policy.conf
 	# The module first: slurmctld loads a new job_submit.lua (which requires it) at the next submission.
 	install -m 0644 "$ART_LUA/juice_submit.lua" /etc/slurm/.juice_submit.lua.new

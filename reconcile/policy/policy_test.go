@@ -173,3 +173,37 @@ func TestRefusalsNameTheValueAndTheLimit(t *testing.T) {
 		t.Fatalf("String %q: %v", p.String(), err)
 	}
 }
+
+// The shipped example parses, and so does what the test beds wire from it (test/testbed.sh and
+// test/chroot/slurm-chroot.sh: its pools line replaced, test/testbed/juice-policy.extra appended).
+func TestShippedAndWiredPoliciesParse(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "juice-policy.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(string(b)); err != nil {
+		t.Fatalf("deploy/juice-policy.conf: %v", err)
+	}
+	extra, err := os.ReadFile(filepath.Join("..", "..", "test", "testbed", "juice-policy.extra"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wired []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "pools = ") {
+			line = "pools = demo, small, test, lab"
+		}
+		wired = append(wired, line)
+	}
+	p, err := Parse(strings.Join(wired, "\n") + string(extra))
+	if err != nil {
+		t.Fatalf("the wired policy: %v", err)
+	}
+	lab, _ := request.Parse("juice:v1:pool=lab,gpus=1")
+	if err := p.Check(lab, Job{Account: "physics"}); err != nil {
+		t.Fatalf("the wired policy refuses pool lab to account physics: %v", err)
+	}
+	if err := p.Check(lab, Job{Account: "chem"}); err == nil {
+		t.Fatal("the wired policy lets account chem use pool lab")
+	}
+}

@@ -612,8 +612,9 @@ wire() {
 	install_atomic "$REPO/hooks/juice_submit.lua" "$ROOT/etc/slurm/juice_submit.lua" 0644
 	install_atomic "$REPO/hooks/job_submit.lua" "$ROOT/etc/slurm/job_submit.lua" 0644
 	# The site policy job_submit.lua and the controller both read, as the host test bed's: the plugstack's limits
-	# and the pools of juice-sim's configurations (the demo's and the e2e suite's).
-	sed -e 's/^pools = .*/pools = demo, small, test/' "$REPO/deploy/juice-policy.conf" >"$ROOT$JUICE_ETC/.juice-policy.conf.new"
+	# and the pools of juice-sim's configurations (the demo's and the e2e suite's), and the e2e suite's pool limits.
+	sed -e 's/^pools = .*/pools = demo, small, test, lab/' "$REPO/deploy/juice-policy.conf" >"$ROOT$JUICE_ETC/.juice-policy.conf.new"
+	cat "$REPO/test/testbed/juice-policy.extra" >>"$ROOT$JUICE_ETC/.juice-policy.conf.new"
 	chmod 0644 "$ROOT$JUICE_ETC/.juice-policy.conf.new"
 	mv "$ROOT$JUICE_ETC/.juice-policy.conf.new" "$ROOT$JUICE_ETC/juice-policy.conf"
 	echo "required $JUICE_LIB/spank_juice.so /usr/bin/juice $JUICE_SESSIONS key=$JUICE_ETC/cluster.key max_gpus=8 max_vram=80GiB" \

@@ -111,10 +111,12 @@ func runAll(m *testing.M) int {
 	world.juiceURL, world.juiceToken = "http://"+simAddr, world.simToken
 	must(os.WriteFile(world.simToken, []byte(simToken+"\n"), 0o600))
 	simCfg := filepath.Join(dir, "sim.json")
-	// Pool "test" is roomy; pool "small" has one GPU, to fill it on purpose.
+	// Pool "test" is roomy; pool "small" has one GPU, to fill it on purpose; pool "lab" has limits of its own in
+	// the test bed's site policy (test/testbed/juice-policy.extra).
 	must(os.WriteFile(simCfg, []byte(`{"tick": "100ms", "activateDelay": "200ms", "cancelDelay": "100ms",
 		"pools": [{"id": "test", "agents": [{"count": 2, "gpus": 4, "vram": "80GiB"}]},
-		          {"id": "small", "agents": [{"gpus": 1, "vram": "16GiB"}]}]}`), 0o644))
+		          {"id": "small", "agents": [{"gpus": 1, "vram": "16GiB"}]},
+		          {"id": "lab", "agents": [{"gpus": 2, "vram": "24GiB"}]}]}`), 0o644))
 	sim := exec.Command(filepath.Join(world.repo, "bin/juice-sim"), "--listen", simAddr, "--token-file", world.simToken,
 		"--config", simCfg, "--log-format", "json")
 	simLog := filepath.Join(dir, "juice-sim.log")

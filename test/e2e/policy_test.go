@@ -1,0 +1,66 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+)
+
+// Issue 13 item 8 on the real Slurm: a pool's own limits in the site policy the test bed wires
+// (test/testbed/juice-policy.extra: pool "lab" serves only account physics, one GPU per job). A job of another
+// account, of no account, or over the pool's per-job limit is refused at the prompt by job_submit.lua with a
+// message naming the value and the limit, and no job is created; a job of account physics is queued, and the
+// controller, which applies the same file to the account slurmrestd reports, serves it.
+func TestPoolLimitsAtThePrompt(t *testing.T) {
+	if legacyMode() {
+		t.Skip("pool lab is juice-sim's (the legacy controller's pools are its own): run without JUICE_E2E_JUICE=legacy")
+	}
+	s := openStore(t)
+	for i, tc := range []struct {
+		args []string
+		msg  []string
+	}{
+		{[]string{"--account=chem", "--juice-pool=lab"}, []string{`account "chem"`, `pool "lab"`, "its accounts: physics"}},
+		{[]string{"--juice-pool=lab"}, []string{`account ""`, `pool "lab"`}},
+		{[]string{"--account=physics", "--juice-pool=lab", "--juice-gpu-count=2"},
+			[]string{"2 GPUs asked for, at most 1 allowed per job in pool \"lab\""}},
+	} {
+		name := fmt.Sprintf("e2e-policy-%d-%d", time.Now().UnixNano()%1e6, i)
+		out, code := slurm(t, 30*time.Second, "sbatch", append([]string{"--job-name=" + name, "--wrap=true"}, tc.args...)...)
+		require.NotEqual(t, 0, code, "sbatch %v was accepted:\n%s", tc.args, out)
+		require.Contains(t, out, "juice: ", "sbatch %v", tc.args)
+		require.Contains(t, out, "the site's limit on", "sbatch %v", tc.args)
+		for _, m := range tc.msg {
+			require.Contains(t, out, m, "sbatch %v: the message names the value and the limit", tc.args)
+		}
+		q, _ := slurm(t, 10*time.Second, "squeue", "-h", "--states=all", "-n", name, "-o", "%i")
+		require.Empty(t, strings.TrimSpace(q), "sbatch %v created a job", tc.args)
+	}
+
+	// Account physics may use the pool: queued, served by the controller, released.
+	outFile := filepath.Join(world.dir, "policy-allowed.out")
+	job := sbatch(t, "--account=physics", "--juice-pool=lab", "-o", world.env.JobPath(outFile), "--wrap=env")
+	j := waitJobDone(t, job, 90*time.Second)
+	require.Equal(t, slurmrest.StateCompleted, j.State)
+	require.Equal(t, "physics", j.Account, "slurmrestd reports the job's account")
+	b, err := os.ReadFile(outFile)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "JUICE_POOL=lab\n")
+	require.Contains(t, string(b), "JUICE_GPU_COUNT=1\n")
+	r, err := s.ForRun(context.Background(), run(job, 0))
+	require.NoError(t, err)
+	require.Equal(t, "physics", r.Account, "the run's account is recorded for the policy and the report")
+	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+	noLiveSession(t, s, job)
+}
