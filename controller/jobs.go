@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -27,6 +28,12 @@ type JobActor struct {
 	Metrics *Metrics
 	// Ender requeues and cancels jobs whose run lost its session; nil: such jobs are only logged.
 	Ender JobEnder
+
+	// told holds, per reservation, the wait reason this actor wrote into its job's comment, to put the request
+	// back once the run stops waiting. It lives as long as the leader's actor: after a change of leader, a job
+	// whose run stopped waiting keeps the last reason in its comment (describe tells the truth).
+	mu   sync.Mutex
+	told map[uuid.UUID]string
 }
 
 // JobEnder ends a job's run for the JobActor: Requeue a batch job, Cancel an interactive one, and tell the
@@ -49,7 +56,12 @@ func (a *JobActor) Act(ctx context.Context, id uuid.UUID) error {
 	if r.Run.JobID == 0 {
 		return nil // an array element not started yet: no job of its own to act on
 	}
+	if err := a.untellWait(ctx, &r); err != nil {
+		return err
+	}
 	switch reconcile.DecideJob(&r) {
+	case reconcile.JobTellWait:
+		return a.tellWait(ctx, &r)
 	case reconcile.JobBeginNow:
 		err := a.Slurm.UpdateJob(ctx, r.Run.JobID, slurmrest.JobUpdate{BeginNow: true})
 		a.Metrics.observeSlurm("update_job", err)
@@ -115,6 +127,73 @@ func (a *JobActor) lostSession(ctx context.Context, r *reconcile.Reservation) er
 		return fmt.Errorf("%s job %d after its session was lost: %w", action, j.ID, err)
 	}
 	log.Info("the run lost its session", "action", action.String(), "reason", r.Status.FailReason)
+	return nil
+}
+
+// tellWait writes why the run waits (its user is at the pool's cap on GPUs) into the job's comment, where squeue
+// %k and scontrol show job show it: in place of job_submit.lua's copy of the request (never the user's own comment).
+func (a *JobActor) tellWait(ctx context.Context, r *reconcile.Reservation) error {
+	why := "juice: " + sanitizeLine(r.Status.Reason)
+	if len(why) > 1000 {
+		why = why[:1000]
+	}
+	j, err := a.Slurm.GetJob(ctx, r.Run.JobID)
+	a.Metrics.observeSlurm("get_job", err)
+	if errors.Is(err, slurmrest.ErrNotFound) || err == nil && (j.Run != r.Run.Run || j.State.IsFinished()) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read job %d to tell why its run waits: %w", r.Run.JobID, err)
+	}
+	if j.AdminComment == "" || j.Comment == why || j.Comment != "" && !strings.HasPrefix(j.Comment, "juice:") {
+		return nil
+	}
+	err = a.Slurm.UpdateJob(ctx, j.ID, slurmrest.JobUpdate{Comment: &why})
+	a.Metrics.observeSlurm("update_job", err)
+	if err != nil {
+		return fmt.Errorf("write why job %d's run waits into its comment: %w", j.ID, err)
+	}
+	a.mu.Lock()
+	if a.told == nil {
+		a.told = map[uuid.UUID]string{}
+	}
+	a.told[r.ID] = why
+	a.mu.Unlock()
+	return nil
+}
+
+// untellWait puts the request back into the comment of a job whose run no longer waits, when the comment is still
+// the reason this actor wrote.
+func (a *JobActor) untellWait(ctx context.Context, r *reconcile.Reservation) error {
+	a.mu.Lock()
+	why, ok := a.told[r.ID]
+	a.mu.Unlock()
+	if !ok || r.Status.State == reconcile.StatePending && reconcile.DecideJob(r) == reconcile.JobTellWait {
+		return nil
+	}
+	forget := func() {
+		a.mu.Lock()
+		delete(a.told, r.ID)
+		a.mu.Unlock()
+	}
+	j, err := a.Slurm.GetJob(ctx, r.Run.JobID)
+	a.Metrics.observeSlurm("get_job", err)
+	if errors.Is(err, slurmrest.ErrNotFound) {
+		forget()
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read job %d whose run no longer waits: %w", r.Run.JobID, err)
+	}
+	if j.Comment == why && j.AdminComment != "" {
+		req := j.AdminComment
+		err = a.Slurm.UpdateJob(ctx, j.ID, slurmrest.JobUpdate{Comment: &req})
+		a.Metrics.observeSlurm("update_job", err)
+		if err != nil {
+			return fmt.Errorf("put job %d's request back into its comment: %w", j.ID, err)
+		}
+	}
+	forget()
 	return nil
 }
 

@@ -162,6 +162,15 @@ func TestPoolLimitsRefuseOrKeepWaiting(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, waits, "the wait is recorded once: %v", events)
+	// The job's comment says why, where squeue %k and scontrol show it.
+	comment := func() string {
+		j, err := h.slurm.GetJob(context.Background(), 91)
+		require.NoError(t, err)
+		return j.Comment
+	}
+	eventually(t, 10*time.Second, "the job's comment says why its run waits", func() bool {
+		return strings.HasPrefix(comment(), "juice: "+why)
+	})
 
 	// Alice's first job ends: her second run is served.
 	ended := job(90, "alice", "physics", "debug", "juice:v1:pool=test,gpus=2")
@@ -169,6 +178,9 @@ func TestPoolLimitsRefuseOrKeepWaiting(t *testing.T) {
 	h.slurm.Set(ended)
 	eventually(t, 15*time.Second, "alice's second run is ready once her first let its GPUs go", func() bool {
 		return h.stateOf(runOf(91)) == reconcile.StateReady
+	})
+	eventually(t, 10*time.Second, "the job's comment holds its request again", func() bool {
+		return comment() == "juice:v1:pool=test,gpus=2"
 	})
 	held, err := h.store.HeldGPUs(context.Background(), "test", "alice")
 	require.NoError(t, err)

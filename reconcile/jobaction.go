@@ -1,5 +1,7 @@
 package reconcile
 
+import "github.com/juice-slurm/juice-slurm/reconcile/policy"
+
 // A JobAction is what Slurm should be asked to do for a reservation's job.
 type JobAction int
 
@@ -15,6 +17,9 @@ const (
 	JobRequeue
 	// JobCancel: cancel the (interactive) job, saying why.
 	JobCancel
+	// JobTellWait: the run waits for its user's GPUs in the pool (the site policy's max_gpus_per_user): say so
+	// in the job's comment, where squeue and scontrol show it.
+	JobTellWait
 )
 
 func (a JobAction) String() string {
@@ -27,6 +32,8 @@ func (a JobAction) String() string {
 		return "requeue"
 	case JobCancel:
 		return "cancel"
+	case JobTellWait:
+		return "tell wait"
 	}
 	return "leave alone"
 }
@@ -39,6 +46,9 @@ func DecideJob(r *Reservation) JobAction {
 	}
 	if LostUnderJob(r) {
 		return JobLostSession
+	}
+	if r.Status.State == StatePending && r.Spec.Wanted && policy.IsWait(r.Status.Reason) {
+		return JobTellWait
 	}
 	return JobLeaveAlone
 }

@@ -266,7 +266,7 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 }
 
 // requestWithinCap asks for r's session when its user stays within the site policy's cap on GPUs in the pool,
-// and otherwise keeps it pending, saying why (once: the reason shows in describe and jobs),
+// and otherwise keeps it pending, saying why (once: the reason shows in describe and jobs, and the job actor writes it into the job's comment),
 // and looks again after WaitPoll: what users expect of a quota, a run that waits its turn rather than one that
 // fails.
 func (rc *Reconciler) requestWithinCap(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {

@@ -141,9 +141,16 @@ func (p *Policy) Wait(req request.Request, user string, held int) string {
 	if max == 0 || user == "" || held+req.GPUs <= max {
 		return ""
 	}
-	return fmt.Sprintf("waiting for user %s's GPUs in pool %s: %d held or being got, %d more asked for, at most %d at once (max_gpus_per_user)",
+	return fmt.Sprintf(WaitPrefix+"%s's GPUs in pool %s: %d held or being got, %d more asked for, at most %d at once (max_gpus_per_user)",
 		user, req.Pool, held, req.GPUs, max)
 }
+
+// WaitPrefix starts every reason Wait gives: a reservation's reason that starts with it is a run waiting for its
+// user's GPUs (IsWait).
+const WaitPrefix = "waiting for user "
+
+// IsWait reports whether a reservation's reason is one Wait gave.
+func IsWait(reason string) bool { return strings.HasPrefix(reason, WaitPrefix) }
 
 // GPUVRAM is the VRAM of one whole GPU of pool in bytes, as the policy gives it; 0: unknown.
 func (p *Policy) GPUVRAM(pool string) uint64 {

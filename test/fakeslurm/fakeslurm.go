@@ -158,7 +158,8 @@ func (f *Slurm) get(_ context.Context, id uint32) (*slurmrest.Job, error) {
 	return &j, nil
 }
 
-// UpdateJob records the update; BeginNow lets a job waiting for its begin time go, as slurmctld does.
+// UpdateJob records the update; BeginNow lets a job waiting for its begin time go, and Comment sets the job's
+// comment, as slurmctld does.
 func (f *Slurm) UpdateJob(ctx context.Context, id uint32, u slurmrest.JobUpdate) error {
 	f.mu.Lock()
 	fn := f.funcs.UpdateJob
@@ -179,6 +180,11 @@ func (f *Slurm) update(_ context.Context, id uint32, u slurmrest.JobUpdate) erro
 	}
 	if u.BeginNow && j.StateReason == "BeginTime" {
 		j.StateReason = "None"
+		f.jobs[id] = j
+		f.touch()
+	}
+	if u.Comment != nil && *u.Comment != j.Comment {
+		j.Comment = *u.Comment
 		f.jobs[id] = j
 		f.touch()
 	}
