@@ -72,12 +72,11 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 
 // A reportRow is one user's, account's or pool's use, over every pool.
 type reportRow struct {
-	Key                string  `json:"key"`
-	Runs               int     `json:"runs"`
-	GPUHours           float64 `json:"gpu_hours"`
-	VRAMGiBHours       float64 `json:"vram_gib_hours"`
-	UnknownVRAMGPUHrs  float64 `json:"unknown_vram_gpu_hours"`
-	unknownVRAMPoolSet map[string]bool
+	Key               string  `json:"key"`
+	Runs              int     `json:"runs"`
+	GPUHours          float64 `json:"gpu_hours"`
+	VRAMGiBHours      float64 `json:"vram_gib_hours"`
+	UnknownVRAMGPUHrs float64 `json:"unknown_vram_gpu_hours"`
 }
 
 type reportOut struct {
