@@ -89,6 +89,11 @@ func hookMain(ctx context.Context, which string, args []string, getenv func(stri
 		}
 	}
 	juice, err := h.fromEnv(getenv, *trustComment)
+	if err == nil && which == "prolog" {
+		// Before any job of this id starts, Juice or not: a file an earlier job with the same id left behind
+		// must never reach it (the compute node's plugin, which cannot know the reservation, would open it).
+		h.removeLeftovers()
+	}
 	switch {
 	case err != nil:
 		h.say("%v", err)
@@ -276,6 +281,24 @@ func (h *hook) removeSession() {
 	p := filepath.Join(h.stateDir, session.FileName(session.Binding{Cluster: h.cluster, JobID: h.job, Run: h.run}))
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		h.say("cannot remove %s: %v", p, err)
+	}
+}
+
+// removeLeftovers removes every session file of this job id, whatever its run: none can be this run's yet (only
+// this prolog writes it), one of an earlier run is stale, and one of a higher run can only be an earlier job's
+// (runs only grow), which the plugin, taking the newest file at or above the run it knows, would otherwise take.
+// Quiet unless it removes something or cannot.
+func (h *hook) removeLeftovers() {
+	names, _ := filepath.Glob(filepath.Join(h.stateDir, fmt.Sprintf("%d.*.session", h.job)))
+	for _, p := range names {
+		if job, _, ok := session.ParseFileName(filepath.Base(p)); !ok || job != h.job {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			h.say("cannot remove the leftover session file %s: %v", p, err)
+			continue
+		}
+		h.say("removed a leftover session file of an earlier job with this id: %s", filepath.Base(p))
 	}
 }
 

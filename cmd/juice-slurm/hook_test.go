@@ -167,16 +167,40 @@ func TestPrologOutcomes(t *testing.T) {
 	require.Contains(t, w.stderr.String(), "cannot be served: the pool can never fit 9 GPUs?forged line")
 	require.Equal(t, 2, strings.Count(w.stderr.String(), "\n"), "a newline in a reason cannot forge a line")
 
-	// A leftover file of this job id and run (an earlier job's, whose epilog never ran) goes when the controller
-	// says this run has no session, or cannot have one: the plugin would otherwise open it.
-	for _, rep := range []hookapi.PrologReply{{Outcome: hookapi.OutcomeNone}, {Outcome: hookapi.OutcomeFailed, Reason: "no"}} {
-		w = newHookWorld(t, answer(rep))
-		require.NoError(t, os.WriteFile(filepath.Join(w.stateDir, "42.1.session"), sealed, 0o600))
-		require.NoError(t, os.WriteFile(filepath.Join(w.stateDir, "42.0.session"), sealed, 0o600))
+	// Leftover files of this job id (an earlier job's, whose epilog never ran), whatever their run, go at the start
+	// of every prolog, Juice job or not: the plugin would otherwise open one (it cannot know the reservation, and
+	// takes the newest run at or above the one it knows). Other jobs' files stay.
+	for name, tc := range map[string]struct {
+		rep   hookapi.PrologReply
+		plain bool
+	}{
+		"none": {rep: hookapi.PrologReply{Outcome: hookapi.OutcomeNone}}, "failed": {rep: hookapi.PrologReply{Outcome: hookapi.OutcomeFailed, Reason: "no"}},
+		"ready": {rep: hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"}}, "plain job": {plain: true},
+	} {
+		w = newHookWorld(t, answer(tc.rep))
+		if tc.plain {
+			delete(w.env, "SPANK_JUICE_REQUEST")
+		}
+		for _, f := range []string{"42.0.session", "42.1.session", "42.7.session", "43.1.session", "420.1.session", ".42.1.session.tmp5"} {
+			require.NoError(t, os.WriteFile(filepath.Join(w.stateDir, f), []byte("leftover"), 0o600))
+		}
 		w.run("prolog")
 		entries, _ := os.ReadDir(w.stateDir)
-		require.Len(t, entries, 1, rep.Outcome)
-		require.Equal(t, "42.0.session", entries[0].Name(), "%s: another run's file is not this prolog's", rep.Outcome)
+		var left []string
+		for _, e := range entries {
+			left = append(left, e.Name())
+		}
+		want := []string{".42.1.session.tmp5", "420.1.session", "43.1.session"}
+		if name == "ready" {
+			want = []string{".42.1.session.tmp5", "42.1.session", "420.1.session", "43.1.session"}
+			got, err := os.ReadFile(filepath.Join(w.stateDir, "42.1.session"))
+			require.NoError(t, err)
+			require.Equal(t, sealed, got, "the run's own file replaces the leftover")
+		}
+		require.Equal(t, want, left, name)
+		if tc.plain {
+			require.Equal(t, 0, w.api.calls, "a plain job makes no call")
+		}
 	}
 	w = newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeNone}))
 	require.Equal(t, 0, exitStatus(w.run("prolog")))

@@ -16,12 +16,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
@@ -216,4 +219,51 @@ func TestSecurityF10PrivateFiles(t *testing.T) {
 	require.Zero(t, st.Mode().Perm()&0o077, "the session directory is mode %04o", st.Mode().Perm())
 	out, code := asNobody(t, 10*time.Second, "cat", logFile)
 	require.NotEqual(t, 0, code, "nobody read the hook log: %s", out)
+}
+
+// F8: a session file an earlier job with the same id left behind (its epilog never ran; here sealed by hand under
+// the cluster key, for the next job id, run 0 and a higher run) is never handed to a new job with that id: the
+// plugin cannot know the reservation, so the file must be gone before the job starts. nobody's job makes the
+// plugin want a session (SLURM_SPANK_JUICE_POOL) without asking anything of Juice: it gets no session, and says
+// why.
+func TestSecurityF8LeftoverSessionFileIsNeverHandedOn(t *testing.T) {
+	hostBed(t)
+	dir := world.env.Get("JUICE_TESTBED_SESSIONS_DIR")
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	owner := st.Sys().(*syscall.Stat_t)
+	key, err := session.KeyFile(world.env.ClusterKey()).Bytes()
+	require.NoError(t, err)
+	probe := sbatch(t, "-o", "/dev/null", "--wrap", "true")
+	next := probe + 1 // nothing else submits while the suite holds the test bed
+	var planted []string
+	for _, r := range []int{0, 3} {
+		b := session.Binding{Cluster: world.env.Cluster(), JobID: next, Run: r, Reservation: uuid.New()}
+		data, err := session.Seal(key, b, []session.EnvVar{{Name: "JUICE_SESSION_ID", Value: "leftover-of-an-earlier-job"},
+			{Name: "JUICE_POOL", Value: "test"}, {Name: "JUICE_REQUEST", Value: "juice:v1:pool=test,gpus=1"}})
+		require.NoError(t, err)
+		p := filepath.Join(dir, session.FileName(b))
+		require.NoError(t, os.WriteFile(p, data, 0o600))
+		require.NoError(t, os.Chown(p, int(owner.Uid), int(owner.Gid)), "as a prolog would have written it")
+		planted = append(planted, p)
+	}
+	t.Cleanup(func() {
+		for _, p := range planted {
+			_ = os.Remove(p)
+		}
+	})
+	out := filepath.Join(outDir(t), "f8.out")
+	job, refusal := submitAsNobody(t, out, "env:SLURM_SPANK_JUICE_POOL=test")
+	require.Zero(t, refusal)
+	require.Equal(t, next, job, "the job took the id the leftover files are for")
+	j := waitJobDone(t, job, 90*time.Second)
+	b, _ := os.ReadFile(out)
+	require.NotContains(t, string(b), "leftover-of-an-earlier-job", "a leftover session file was handed to a new job with its id")
+	require.NotEqual(t, slurmrest.StateCompleted, j.State, "the task ran without the session its plugin wanted")
+	for _, p := range planted {
+		_, err := os.Stat(p)
+		require.True(t, os.IsNotExist(err), "%s is gone", p)
+	}
+	nodes, _ := slurm(t, 10*time.Second, "sinfo", "-h", "-o", "%T")
+	require.NotContains(t, nodes, "drain", "a task refused its missing session must not drain the node")
 }
