@@ -43,7 +43,7 @@ var settingCommands = map[string]func(*flag.FlagSet){
 // commandLineOnly are flags about one invocation's output: neither the file nor the environment sets them, so a
 // script that runs `status --json` gets JSON and one that runs `status` gets the table, whatever the host says.
 var commandLineOnly = map[string]bool{"json": true, "all": true, "check": true, "config": true, "events": true, "from": true,
-	"since": true, "until": true, "by": true, "format": true}
+	"since": true, "until": true, "by": true, "format": true, "force": true}
 
 // knownSettings is every name the configuration file may hold.
 func knownSettings() map[string]bool {

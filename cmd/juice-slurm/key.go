@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -10,17 +11,33 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
-// keyFlags are the key commands' settings: the cluster key file, the controller's (the setting is shared), and
-// for rotate the file that holds the new key.
-func keyFlags(fs *flag.FlagSet) (keyFile, from *string) {
-	return fs.String("cluster-key", "/etc/juice-slurm/cluster.key", "the cluster key that seals session files (64 hex characters, mode 0600); the previous key is this file + "+session.PreviousSuffix),
-		fs.String("from", "", "rotate: the new key's file (64 hex characters, mode 0600), e.g. one already installed on the compute nodes (default: a new random key)")
+// keyOpts are the key commands' settings: the cluster key file (the controller's setting), for rotate the file
+// that holds the new key, and for retire the database, to see whether a ready reservation still holds a session
+// sealed under the key it would drop.
+type keyOpts struct {
+	keyFile, from, dbURL, cluster *string
+	force                         *bool
+}
+
+func keyFlags(fs *flag.FlagSet) *keyOpts {
+	return &keyOpts{
+		keyFile: fs.String("cluster-key", "/etc/juice-slurm/cluster.key", "the cluster key that seals session files (64 hex characters, mode 0600); the previous key is this file + "+session.PreviousSuffix),
+		from:    fs.String("from", "", "rotate: the new key's file (64 hex characters, mode 0600), e.g. one already installed on the compute nodes (default: a new random key)"),
+		dbURL:   fs.String("database-url", "", "retire: the database, to refuse while a ready reservation holds a session sealed under the previous key (empty: not checked; compute nodes)"),
+		cluster: fs.String("cluster", "", "retire: Slurm's ClusterName (with database-url)"),
+		force:   fs.Bool("force", false, "retire even though ready reservations hold sessions sealed under the previous key (their jobs' next steps fail)"),
+	}
 }
 
 const keyUsage = "usage: juice-slurm key show|rotate|retire [flags]"
@@ -36,18 +53,22 @@ const keyUsage = "usage: juice-slurm key show|rotate|retire [flags]"
 //
 // On the controller host the files are SlurmUser's; on a compute node root's. A new file takes the owner and
 // group of the key it replaces.
-func runKey(out io.Writer, args []string) error {
+func runKey(ctx context.Context, out io.Writer, args []string) error {
 	if len(args) == 0 {
 		return usageError{errors.New(keyUsage)}
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("juice-slurm key "+sub, flag.ContinueOnError)
-	keyFile, from := keyFlags(fs)
+	o := keyFlags(fs)
+	keyFile, from := o.keyFile, o.from
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("key %s: unexpected argument %q", sub, fs.Arg(0))}
+	}
+	if *o.force && sub != "retire" {
+		return usageError{fmt.Errorf("key %s: --force is for retire only", sub)}
 	}
 	if *from != "" && sub != "rotate" {
 		return usageError{fmt.Errorf("key %s: --from is for rotate only", sub)}
@@ -81,6 +102,9 @@ func runKey(out io.Writer, args []string) error {
 		if prev == nil {
 			return notFoundError{fmt.Errorf("key retire: there is no previous key (%s)", prevPath)}
 		}
+		if err := checkRetire(ctx, out, o, session.KeyID(prev)); err != nil {
+			return err
+		}
 		if err := os.Remove(prevPath); err != nil {
 			return fmt.Errorf("key retire: %w", err)
 		}
@@ -92,6 +116,48 @@ func runKey(out io.Writer, args []string) error {
 	default:
 		return usageError{fmt.Errorf("key: unknown command %q (%s)", sub, keyUsage)}
 	}
+}
+
+// checkRetire refuses to retire the previous key while a ready reservation holds a session sealed under it (or a
+// version 1 session, which names no key): its job, running or about to, opens that file at every step. Without a
+// database (a compute node) it cannot tell, and says so.
+func checkRetire(ctx context.Context, out io.Writer, o *keyOpts, prevID string) error {
+	if *o.force {
+		return nil
+	}
+	if *o.dbURL == "" || *o.cluster == "" {
+		fmt.Fprintf(out, "no database-url and cluster: not checked whether a ready reservation still holds a session sealed under %s (retire on the controller host first)\n", prevID)
+		return nil
+	}
+	pool, err := pgxpool.New(ctx, *o.dbURL)
+	if err != nil {
+		return fmt.Errorf("key retire: database: %w", err)
+	}
+	defer pool.Close()
+	st := store.New(pool, *o.cluster)
+	open, err := st.Open(ctx)
+	if err != nil {
+		return fmt.Errorf("key retire: %w (--force retires without the check)", err)
+	}
+	var held []string
+	for _, r := range open {
+		if r.Status.State != reconcile.StateReady {
+			continue
+		}
+		sealed, err := st.Sealed(ctx, r.ID)
+		if err != nil {
+			return fmt.Errorf("key retire: %w", err)
+		}
+		h, err := session.HeaderOf(sealed)
+		if err != nil || h.Version == 1 || h.KeyID == prevID {
+			held = append(held, fmt.Sprintf("%d.%d", r.Run.JobID, r.Run.Run))
+		}
+	}
+	if len(held) > 0 {
+		return fmt.Errorf("key retire: %d ready reservation(s) hold sessions sealed under the previous key %s (job.run %s): their jobs open them at every step; retire once they have ended, or --force",
+			len(held), prevID, strings.Join(held, ", "))
+	}
+	return nil
 }
 
 // rotateKey: cluster.key becomes cluster.key.previous and the new key cluster.key. Both steps are atomic (a

@@ -7,11 +7,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
 // TestKeyRotation: rotate keeps the old key as the previous one and installs a new one, atomically and 0600;
@@ -24,7 +30,7 @@ func TestKeyRotation(t *testing.T) {
 	require.NoError(t, os.WriteFile(kf, []byte(strings.Repeat("1f", 32)+"\n"), 0o600))
 	key := func(args ...string) (string, error) {
 		var out bytes.Buffer
-		err := runKey(&out, append(args, "--config=", "--cluster-key", kf))
+		err := runKey(context.Background(), &out, append(args, "--config=", "--cluster-key", kf))
 		return out.String(), err
 	}
 	old, err := session.KeyFile(kf).Bytes()
@@ -106,7 +112,75 @@ func TestKeyRefusesOpenPreviousKey(t *testing.T) {
 	require.NoError(t, os.WriteFile(kf, []byte(strings.Repeat("1f", 32)), 0o600))
 	require.NoError(t, os.WriteFile(kf+session.PreviousSuffix, []byte(strings.Repeat("2e", 32)), 0o640))
 	for _, sub := range []string{"show", "rotate", "retire"} {
-		err := runKey(&bytes.Buffer{}, []string{sub, "--config=", "--cluster-key", kf})
+		err := runKey(context.Background(), &bytes.Buffer{}, []string{sub, "--config=", "--cluster-key", kf})
 		require.ErrorContains(t, err, "chmod 600", sub)
 	}
+}
+
+// TestKeyRetireWaitsForReadySessions: with the database, retire refuses while a ready reservation holds a session
+// sealed under the previous key (its job opens the file at every step), names the run, and retires once that
+// reservation has let go, or at once with --force. Without the database (a compute node) it says it did not check.
+func TestKeyRetireWaitsForReadySessions(t *testing.T) {
+	url := testbed.NewDatabase(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	st := store.New(pool, "c1")
+	require.NoError(t, st.Migrate(ctx))
+
+	dir := t.TempDir()
+	kf := filepath.Join(dir, "cluster.key")
+	require.NoError(t, os.WriteFile(kf, []byte(strings.Repeat("1f", 32)+"\n"), 0o600))
+	old, err := session.KeyFile(kf).Bytes()
+	require.NoError(t, err)
+	key := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := runKey(ctx, &out, append(args, "--config=", "--cluster-key", kf, "--database-url", url, "--cluster", "c1"))
+		return out.String(), err
+	}
+	// Job 7 is ready with its session sealed under the key that is about to become the previous one.
+	r, _, err := st.EnsureRun(ctx, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c1", JobID: 7}, Request: request.Request{Pool: "demo", GPUs: 1},
+		UserName: "alice", JobState: "PENDING", Reason: "test"})
+	require.NoError(t, err)
+	for _, ev := range []reconcile.Event{reconcile.EventRequest, reconcile.EventQueued, reconcile.EventActive} {
+		tr, err := reconcile.Apply(&r, ev, "test", time.Now())
+		require.NoError(t, err)
+		switch ev {
+		case reconcile.EventQueued:
+			r.Status.SessionID = "sess-7"
+		case reconcile.EventActive:
+			b := r.Run.Binding()
+			b.Reservation = r.ID
+			r.Status.Sealed, err = session.Seal(old, b, []session.EnvVar{{Name: "JUICE_A", Value: "1"}})
+			require.NoError(t, err)
+		}
+		require.NoError(t, st.SaveStatus(ctx, &r, tr))
+	}
+	_, err = key("rotate")
+	require.NoError(t, err)
+
+	_, err = key("retire")
+	require.ErrorContains(t, err, "1 ready reservation(s) hold sessions sealed under the previous key "+session.KeyID(old)+" (job.run 7.0)")
+	_, err = os.Stat(kf + session.PreviousSuffix)
+	require.NoError(t, err, "a refused retire keeps the previous key")
+
+	_, err = st.Unwant(ctx, r.ID, "job ended", true)
+	require.NoError(t, err)
+	r, err = st.Get(ctx, r.ID)
+	require.NoError(t, err)
+	tr, err := reconcile.Apply(&r, reconcile.EventUnwanted, "job ended", time.Now())
+	require.NoError(t, err)
+	require.NoError(t, st.SaveStatus(ctx, &r, tr))
+	out, err := key("retire")
+	require.NoError(t, err, "no ready reservation holds the previous key's sessions any more")
+	require.Contains(t, out, "retired the previous key "+session.KeyID(old))
+
+	// --force, and no database.
+	_, err = key("rotate")
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, runKey(ctx, &buf, []string{"retire", "--config=", "--cluster-key", kf}))
+	require.Contains(t, buf.String(), "not checked")
+	require.Equal(t, exitUsage, exitStatusOf(runKey(ctx, &buf, []string{"rotate", "--force", "--config=", "--cluster-key", kf})))
 }

@@ -130,7 +130,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		return runJobCommand(ctx, os.Stdout, cmd, rest[1], rest[2:])
 	case "key":
-		return runKey(os.Stdout, rest)
+		return runKey(ctx, os.Stdout, rest)
 	case "settings":
 		return runSettings(os.Stdout, rest)
 	case "version", "--version":
