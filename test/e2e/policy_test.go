@@ -4,8 +4,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,4 +65,56 @@ func TestPoolLimitsAtThePrompt(t *testing.T) {
 	require.Equal(t, "physics", r.Account, "the run's account is recorded for the policy and the report")
 	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
 	noLiveSession(t, s, job)
+}
+
+// juice-slurm report on a run the real Slurm ran: its GPU-hours are its GPUs × the time from ready to released,
+// as the reservation records them, under its account; a whole GPU of pool "test" (no gpu_vram in the wired
+// policy) counts apart from VRAM-GiB-hours.
+func TestReportOfARealRun(t *testing.T) {
+	s := openStore(t)
+	start := time.Now().Add(-time.Minute)
+	outFile := filepath.Join(world.dir, "report-run.out")
+	job := sbatch(t, "--account=ml", "--juice-pool=test", "--juice-gpu-count=2", "-o", world.env.JobPath(outFile), "--wrap=sleep 1")
+	require.Equal(t, slurmrest.StateCompleted, waitJobDone(t, job, 90*time.Second).State)
+	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+	r, err := s.ForRun(context.Background(), run(job, 0))
+	require.NoError(t, err)
+	require.Equal(t, "ml", r.Account)
+	held := r.Status.UpdatedAt.Sub(r.Status.ReadyAt)
+	require.Greater(t, held, time.Second, "the session was held while the job slept")
+
+	out, code := slurmless(t, filepath.Join(world.repo, "bin/juice-slurm"), "report", "--config=", "--database-url", world.dbURL,
+		"--cluster", world.env.Cluster(), "--policy", world.env.PolicyFile(), "--since", start.UTC().Format(time.RFC3339Nano),
+		"--by", "account", "--format", "json")
+	require.Equal(t, 0, code, out)
+	var rep struct {
+		Rows []struct {
+			Key               string  `json:"key"`
+			Runs              int     `json:"runs"`
+			GPUHours          float64 `json:"gpu_hours"`
+			VRAMGiBHours      float64 `json:"vram_gib_hours"`
+			UnknownVRAMGPUHrs float64 `json:"unknown_vram_gpu_hours"`
+		} `json:"rows"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	var found bool
+	for _, row := range rep.Rows {
+		if row.Key != "ml" {
+			continue
+		}
+		found = true
+		require.Equal(t, 1, row.Runs, out)
+		require.InDelta(t, 2*held.Hours(), row.GPUHours, 1e-6, out)
+		require.InDelta(t, 2*held.Hours(), row.UnknownVRAMGPUHrs, 1e-6, out)
+		require.Zero(t, row.VRAMGiBHours, out)
+	}
+	require.True(t, found, "no row for account ml: %s", out)
+}
+
+// slurmless runs a command of this checkout on the host (not a Slurm client): its combined output and exit status.
+func slurmless(t *testing.T, name string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return runBounded(t, ctx, exec.CommandContext(ctx, name, args...), 30*time.Second)
 }
