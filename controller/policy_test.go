@@ -186,3 +186,53 @@ func TestPoolLimitsRefuseOrKeepWaiting(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, held)
 }
+
+// Runs of one user that arrive together never pass the cap together: the reconcile workers count and request
+// one at a time, so of alice's six 1-GPU runs with a cap of 2, two are served and four wait; when one of hers
+// ends, exactly one more is served.
+func TestUserCapHoldsWhenRunsArriveTogether(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	limits, err := policy.Parse("pool.test.max_gpus_per_user = 2\n")
+	require.NoError(t, err)
+	h.slurm.SetRunning(100, 6, "juice:v1:pool=test,gpus=1")
+	h.startController("a", Config{Policy: limits, Workers: 8})
+	count := func() (ready, waiting int) {
+		for job := uint32(100); job < 106; job++ {
+			r, err := h.store.ForRun(context.Background(), reconcile.RunID{Cluster: "c1", JobID: job})
+			if err != nil {
+				continue
+			}
+			switch {
+			case r.Status.State == reconcile.StateReady:
+				ready++
+			case r.Status.State == reconcile.StatePending && policy.IsWait(r.Status.Reason):
+				waiting++
+			}
+		}
+		return ready, waiting
+	}
+	eventually(t, 10*time.Second, "two of alice's runs served, four waiting", func() bool {
+		ready, waiting := count()
+		return ready == 2 && waiting == 4
+	})
+	require.Len(t, h.liveSessions(), 2, "never more sessions than the cap")
+	held, err := h.store.HeldGPUs(context.Background(), "test", "alice")
+	require.NoError(t, err)
+	require.Equal(t, 2, held)
+
+	var served uint32
+	for job := uint32(100); job < 106; job++ {
+		if h.stateOf(reconcile.RunID{Cluster: "c1", JobID: job}) == reconcile.StateReady {
+			served = job
+			break
+		}
+	}
+	ended := fakeslurm.JuiceJob(served, 0, slurmrest.StateCompleted, "juice:v1:pool=test,gpus=1")
+	h.slurm.Set(ended)
+	eventually(t, 15*time.Second, "one more served once one of hers ended", func() bool {
+		ready, waiting := count()
+		return ready == 2 && waiting == 3 && h.stateOf(reconcile.RunID{Cluster: "c1", JobID: served}) == reconcile.StateReleased
+	})
+	require.Len(t, h.liveSessions(), 2)
+}
