@@ -104,8 +104,10 @@ func (p *Poller) Poll(ctx context.Context) error {
 		return err
 	}
 	have := make(map[reconcile.RunID]bool, len(open))
+	ready := make(map[reconcile.RunID]bool, len(open))
 	for _, r := range open {
 		have[r.Run] = true
+		ready[r.Run] = r.Status.State == reconcile.StateReady
 	}
 	jobs := make([]uint32, 0, len(p.snapshot))
 	for id := range p.snapshot {
@@ -149,6 +151,11 @@ func (p *Poller) Poll(ctx context.Context) error {
 			}
 		case slurmrest.StateConfiguring, slurmrest.StateRunning, slurmrest.StateSuspended:
 			want[run] = true
+			if !ready[run] {
+				c := p.candidate(&j, run)
+				c.Started = true
+				cands = append(cands, c)
+			}
 		}
 	}
 	for run := range p.Lookahead.Select(now, cands) {

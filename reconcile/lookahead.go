@@ -67,6 +67,9 @@ type Candidate struct {
 	StateReason string
 	// ExpectedStart is Slurm's estimate of the start time; zero when it has none.
 	ExpectedStart time.Time
+	// Started marks a run that Slurm started (CONFIGURING or RUNNING) whose session is not ready yet: it is always
+	// reserved, and takes a place of its pool before the pending jobs (see Select).
+	Started bool
 	// BeginTime is the earliest time Slurm lets the job start (its eligible time: the --begin time while the
 	// reason is BeginTime); zero when unknown.
 	BeginTime time.Time
@@ -109,15 +112,29 @@ func (r RunID) order() uint32 {
 
 // Select returns the runs to reserve for now. An array's pending elements are candidates one by one (see
 // ArrayCandidates), each taking its place under the caps as any job does.
+//
+// A started run still waiting for its session (Candidate.Started) takes one of its pool's PerPool places before
+// any pending job: its job holds nodes and waits in its prolog, and a GPU reserved ahead for a pending job is a GPU
+// it waits longer for, while the pending job cannot start. This is what keeps an array's elements from holding the
+// pool for elements not started yet when slurmctld starts more elements than the pool can serve at once.
 func (l Lookahead) Select(now time.Time, cands []Candidate) map[RunID]bool {
 	out := map[RunID]bool{}
 	byPool := map[string][]Candidate{}
+	perPool, perUser, perAccount := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, c := range cands {
+		if c.Started {
+			out[c.Run] = true
+			perPool[c.Request.Pool]++
+			continue
+		}
 		begins := c.BeginsWithin(now, l.Window)
 		if !c.Eligible() && !begins {
 			continue
 		}
-		if begins || l.Window > 0 && !c.ExpectedStart.IsZero() && !c.ExpectedStart.After(now.Add(l.Window)) {
+		// An array's element not started yet has its remainder's expected start, which is the next element's only:
+		// elements are reserved by places alone.
+		soon := begins || l.Window > 0 && !c.ExpectedStart.IsZero() && !c.ExpectedStart.After(now.Add(l.Window))
+		if soon && !c.Run.Unbound() {
 			out[c.Run] = true
 		}
 		byPool[c.Request.Pool] = append(byPool[c.Request.Pool], c)
@@ -141,7 +158,6 @@ func (l Lookahead) Select(now time.Time, cands []Candidate) map[RunID]bool {
 		}
 		return all[i].Run.ArrayTaskID < all[j].Run.ArrayTaskID
 	})
-	perPool, perUser, perAccount := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, c := range all {
 		if perPool[c.Request.Pool] >= l.PerPool {
 			continue

@@ -149,3 +149,24 @@ func TestLookaheadPicksArrayElementsInOrderUnderTheCaps(t *testing.T) {
 	require.Equal(t, 2, Lookahead{PerPool: 2}.ArrayCandidates())
 	require.Equal(t, 1, Lookahead{}.ArrayCandidates(), "one for the window when none are reserved by priority")
 }
+
+// Started runs still waiting for their session take their pool's places before pending jobs: with three of pool
+// p's four places taken so, one pending job is reserved ahead; pool q is untouched. An array's element not started
+// yet is not reserved through its remainder's expected start.
+func TestLookaheadStartedRunsWaitingTakePlacesFirst(t *testing.T) {
+	now := time.Now()
+	job := func(id uint32, pool string, started bool) Candidate {
+		return Candidate{Run: RunID{Cluster: "c", JobID: id}, Request: request.Request{Pool: pool, GPUs: 1}, Priority: 10,
+			SubmitTime: now.Add(-time.Duration(id) * time.Second), StateReason: "Priority", Started: started}
+	}
+	cands := []Candidate{job(1, "p", true), job(2, "p", true), job(3, "p", true), job(4, "p", false), job(5, "p", false),
+		job(6, "q", false), job(7, "q", false)}
+	got := Lookahead{PerPool: 4}.Select(now, cands)
+	require.Equal(t, map[RunID]bool{cands[0].Run: true, cands[1].Run: true, cands[2].Run: true, cands[4].Run: true,
+		cands[5].Run: true, cands[6].Run: true}, got, "job 5 (submitted before 4) takes p's last place")
+
+	elem := Candidate{Run: RunID{Cluster: "c", ArrayJobID: 40, ArrayTaskID: 9}, Request: request.Request{Pool: "p", GPUs: 1},
+		Priority: 10, StateReason: "Priority", ExpectedStart: now.Add(time.Second)}
+	got = Lookahead{PerPool: 3, Window: time.Minute}.Select(now, append(cands[:3:3], elem))
+	require.False(t, got[elem.Run], "no place left, and the window does not reserve an element not started")
+}
