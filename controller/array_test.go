@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
+	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
@@ -163,4 +165,25 @@ func eventsOf(t *testing.T, h *harness, r reconcile.Reservation) []string {
 		out = append(out, string(e.Event))
 	}
 	return out
+}
+
+// A session its agent is starting (assigned) is looked at again sooner than one still queued: the job of an
+// array's next element often waits for it in its prolog.
+func TestAnAssignedSessionIsLookedAtSooner(t *testing.T) {
+	t.Parallel()
+	clock := &fakeNow{t: time.Now()}
+	h := newHarnessWith(t, juicesim.Legacy{}, func(c *juicesim.Config) { c.Now, c.ActivateDelay = clock.Now, time.Second })
+	ctx := context.Background()
+	rc := h.reconciler(nil)
+	rc.WaitPoll = time.Second
+	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 10}, gpus2)
+	got := h.driveTo(rc, r.ID, reconcile.StateWaiting)
+	s, err := h.juice.GetSession(ctx, got.Status.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, juiceapi.StateAssigned, s.State)
+	res, err := rc.Reconcile(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, 200*time.Millisecond, res.RequeueAfter)
+	clock.Add(time.Second)
+	h.driveTo(rc, r.ID, reconcile.StateReady)
 }

@@ -67,6 +67,9 @@ type Result struct {
 	RequeueAfter time.Duration
 }
 
+// assignedPollDivisor: a session assigned to an agent is looked at this many times as often as a queued one.
+const assignedPollDivisor = 5
+
 // maxSteps bounds the transitions of one pass; a reservation needs at most five to go from pending to released.
 const maxSteps = 8
 
@@ -200,6 +203,10 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 		case s.Ended():
 			return Result{}, false, rc.apply(ctx, log, r, EventClosed,
 				fmt.Sprintf("the Juice Controller ended session %s (%s) before it became active", s.ID, s.State))
+		case s.State == juiceapi.StateAssigned:
+			// Placed on an agent, which is starting it: active within moments, and a job may be waiting for it in
+			// its prolog (an array's elements, one after the other on a full pool): look again sooner.
+			return Result{RequeueAfter: rc.WaitPoll / assignedPollDivisor}, true, nil
 		}
 		return Result{RequeueAfter: rc.WaitPoll}, true, nil
 
