@@ -12,9 +12,14 @@ JUICE_TESTBED_SIM_TIMING=instant JUICE_TESTBED_POLL=500ms bash test/testbed.sh s
 go run ./test/bench/cmd/juice-bench-slurm -poll "500 ms" -sim "no delays" -out test/results/bench-slurm.md "$@"
 bash test/testbed.sh services-restart
 # P7 (issue 11 item 8) with the demo's settings back: a job array through the demo's 4-GPU pool, plain and with
-# Juice, beside the floor (BENCH_ARRAY elements, 201 as in the issue).
+# Juice, beside the floor (BENCH_ARRAY elements, 201 as in the issue). slurmctld starts far more elements at once
+# than 4 GPUs serve, so they wait in their prologs: with the prolog's default wait (4 minutes), not the test bed's
+# 15 s, which would fail and requeue them; the test bed's wiring comes back afterwards.
+JUICE_TESTBED_PROLOG_WAIT=240s bash test/testbed.sh wire
+bash test/testbed.sh services-restart
 go run ./test/bench/cmd/juice-bench-slurm -p2-jobs 0 -p4-held 0 -array "${BENCH_ARRAY:-201}" -poll "1 s" \
-	-sim "500 ms tick, 1 s activation, 500 ms cancel" -out test/results/bench-array.md
+	-sim "500 ms tick, 1 s activation, 500 ms cancel; prolog wait 4 min" -out test/results/bench-array.md
+bash test/testbed.sh wire
 {
 	echo "# juice-slurm benchmark results"
 	echo

@@ -42,6 +42,7 @@ func main() {
 	arrayPool := flag.String("array-pool", "demo", "P7: the Juice pool")
 	arrayGPUs := flag.Int("array-pool-gpus", 4, "P7: the pool's GPUs, for the floor")
 	arrayCancel := flag.Duration("array-cancel-delay", 500*time.Millisecond, "P7: the simulator's cancel delay, for the floor")
+	arrayActivate := flag.Duration("array-activate-delay", time.Second, "P7: the simulator's activation delay, for the floor with it")
 	flag.Parse()
 	env, err := testbed.Load(testbed.EnvFile())
 	if err != nil {
@@ -68,7 +69,7 @@ func main() {
 		}
 	}
 	if *arrayN > 0 {
-		b := arrayBench{n: *arrayN, pool: *arrayPool, gpus: *arrayGPUs, cancelDelay: *arrayCancel}
+		b := arrayBench{n: *arrayN, pool: *arrayPool, gpus: *arrayGPUs, cancelDelay: *arrayCancel, activateDelay: *arrayActivate}
 		if err := b.run(ctx, env, slurm, &md); err != nil {
 			fail(err)
 		}
