@@ -187,3 +187,26 @@ func TestAnAssignedSessionIsLookedAtSooner(t *testing.T) {
 	clock.Add(time.Second)
 	h.driveTo(rc, r.ID, reconcile.StateReady)
 }
+
+// While started jobs of a pool still wait for their sessions, they take the pool's look-ahead places first: an
+// array whose elements slurmctld starts faster than the pool serves them gets no element reserved ahead, which
+// would hold GPUs for elements that cannot start while started ones wait in their prologs. Once they are served,
+// the places go to the array's next elements.
+func TestStartedElementsWaitingTakeThePoolsPlaces(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	p, _ := h.poller()
+	p.Lookahead = reconcile.Lookahead{PerPool: 2, PerUser: 4}
+	h.slurm.Set(remainder("2-9"), split(41, 0, slurmrest.StateConfiguring), split(42, 1, slurmrest.StateConfiguring))
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, []string{"c1/41.0 (40_0)", "c1/42.0 (40_1)"}, runsOf(h.elementsOf(t)), "no element reserved ahead")
+
+	rc := h.reconciler(nil)
+	for _, r := range h.elementsOf(t) {
+		h.driveTo(rc, r.ID, reconcile.StateReady)
+	}
+	p.Kick()
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, []string{"c1/41.0 (40_0)", "c1/42.0 (40_1)", "c1/40_2.0", "c1/40_3.0"}, runsOf(h.elementsOf(t)))
+}
