@@ -210,3 +210,38 @@ func TestStartedElementsWaitingTakeThePoolsPlaces(t *testing.T) {
 	require.NoError(t, p.Poll(ctx))
 	require.Equal(t, []string{"c1/41.0 (40_0)", "c1/42.0 (40_1)", "c1/40_2.0", "c1/40_3.0"}, runsOf(h.elementsOf(t)))
 }
+
+// A held array (scontrol hold on its job id holds its pending remainder) lets its elements' reservations made
+// ahead go without ending their runs; once let go, its elements are reserved ahead again.
+func TestHeldArrayLetsItsElementsGoUntilReleased(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	p, _ := h.poller()
+	p.Lookahead = reconcile.Lookahead{PerPool: 2, PerUser: 2}
+	h.slurm.Set(remainder("0-5"))
+	require.NoError(t, p.Poll(ctx))
+	ahead := h.elementsOf(t)
+	require.Equal(t, []string{"c1/40_0.0", "c1/40_1.0"}, runsOf(ahead))
+
+	held := remainder("0-5")
+	held.Priority, held.StateReason = 0, "JobHeldUser"
+	h.slurm.Set(held)
+	require.NoError(t, p.Poll(ctx))
+	rc := h.reconciler(nil)
+	for _, r := range ahead {
+		got, err := h.store.Get(ctx, r.ID)
+		require.NoError(t, err)
+		require.False(t, got.Spec.Wanted)
+		require.False(t, got.Spec.RunOver, "held, not over")
+		require.Equal(t, "array 40 is held (JobHeldUser)", got.Spec.WantReason)
+		h.driveTo(rc, r.ID, reconcile.StateReleased)
+	}
+	require.Empty(t, h.elementsOf(t))
+
+	h.slurm.Set(remainder("0-5"))
+	require.NoError(t, p.Poll(ctx))
+	again := h.elementsOf(t)
+	require.Equal(t, []string{"c1/40_0.0", "c1/40_1.0"}, runsOf(again), "reserved ahead again once let go")
+	require.NotEqual(t, ahead[0].ID, again[0].ID, "a new reservation")
+}
