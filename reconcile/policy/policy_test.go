@@ -200,10 +200,10 @@ func TestShippedAndWiredPoliciesParse(t *testing.T) {
 		t.Fatalf("the wired policy: %v", err)
 	}
 	lab, _ := request.Parse("juice:v1:pool=lab,gpus=1")
-	if err := p.Check(lab, Job{Account: "physics"}); err != nil {
+	if err := p.Check(lab, Job{Account: "physics", Partition: "debug"}); err != nil {
 		t.Fatalf("the wired policy refuses pool lab to account physics: %v", err)
 	}
-	if err := p.Check(lab, Job{Account: "chem"}); err == nil {
+	if err := p.Check(lab, Job{Account: "chem", Partition: "debug"}); err == nil {
 		t.Fatal("the wired policy lets account chem use pool lab")
 	}
 }

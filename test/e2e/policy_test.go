@@ -20,10 +20,11 @@ import (
 )
 
 // Issue 13 item 8 on the real Slurm: a pool's own limits in the site policy the test bed wires
-// (test/testbed/juice-policy.extra: pool "lab" serves only account physics, one GPU per job). A job of another
-// account, of no account, or over the pool's per-job limit is refused at the prompt by job_submit.lua with a
-// message naming the value and the limit, and no job is created; a job of account physics is queued, and the
-// controller, which applies the same file to the account slurmrestd reports, serves it.
+// (test/testbed/juice-policy.extra: pool "lab" serves only account physics in partition debug, one GPU per job).
+// A job of another account, of no account, of another partition or over the pool's per-job limit is refused at
+// the prompt by job_submit.lua with a message naming the value and the limit, and no job is created; a job of
+// account physics in the default partition (job_submit.lua finds which it is) is queued, and the controller,
+// which applies the same file to the account and partition slurmrestd reports, serves it.
 func TestPoolLimitsAtThePrompt(t *testing.T) {
 	if legacyMode() {
 		t.Skip("pool lab is juice-sim's (the legacy controller's pools are its own): run without JUICE_E2E_JUICE=legacy")
@@ -37,6 +38,9 @@ func TestPoolLimitsAtThePrompt(t *testing.T) {
 		{[]string{"--juice-pool=lab"}, []string{`account ""`, `pool "lab"`}},
 		{[]string{"--account=physics", "--juice-pool=lab", "--juice-gpu-count=2"},
 			[]string{"2 GPUs asked for, at most 1 allowed per job in pool \"lab\""}},
+		// job_submit.lua runs before slurmctld looks the partition up: the site's limit speaks first.
+		{[]string{"--account=physics", "--juice-pool=lab", "--partition=nosuch"},
+			[]string{`partition "nosuch"`, `pool "lab"`, "its partitions: debug"}},
 	} {
 		name := fmt.Sprintf("e2e-policy-%d-%d", time.Now().UnixNano()%1e6, i)
 		out, code := slurm(t, 30*time.Second, "sbatch", append([]string{"--job-name=" + name, "--wrap=true"}, tc.args...)...)
