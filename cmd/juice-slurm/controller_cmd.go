@@ -116,7 +116,10 @@ func runController(ctx context.Context, args []string) error {
 	}
 	// Both are read again whenever their files change; a bad one is refused now, at start-up.
 	key := session.KeyFile(*o.keyFile)
-	if _, err := key.Bytes(); err != nil {
+	// The previous key is checked too: a bad one is never taken for an absent one (the plugin refuses every
+	// session then), so it is refused here, loudly, at start-up.
+	keys, err := key.All()
+	if err != nil {
 		return err
 	}
 	secret := secretfile.New(*o.secretFile, secretfile.MinLength(16))
@@ -127,6 +130,11 @@ func runController(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	keyIDs := make([]string, len(keys))
+	for i, k := range keys {
+		keyIDs[i] = session.KeyID(k)
+	}
+	log.Info("cluster key: sealing with the first, session files open under each", "keys", keyIDs)
 	if limits == nil {
 		log.Info("no site policy file: only the request grammar's bounds apply", "policy", *o.policyFile)
 	} else {

@@ -131,3 +131,21 @@ func TestTokenExpiryNote(t *testing.T) {
 		}
 	}
 }
+
+// A previous cluster key that group or others may read, or that is not a key, stops the controller at start: it
+// is never taken for an absent one (the plugin would refuse every session with it).
+func TestControllerRefusesABadPreviousKey(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "cluster.key")
+	require.NoError(t, os.WriteFile(key, []byte(strings.Repeat("ab", 32)+"\n"), 0o600))
+	token := filepath.Join(dir, "juice.token")
+	require.NoError(t, os.WriteFile(token, []byte("m2m_test\n"), 0o600))
+	args := []string{"controller", "--config=", "--cluster", "c", "--database-url", "postgres://nobody@127.0.0.1:1/x",
+		"--juice-token-file", token, "--cluster-key", key}
+	for content, mode := range map[string]os.FileMode{strings.Repeat("cd", 32): 0o640, "not a key": 0o600} {
+		require.NoError(t, os.WriteFile(key+".previous", []byte(content), mode))
+		require.NoError(t, os.Chmod(key+".previous", mode))
+		err := run(context.Background(), args)
+		require.ErrorContains(t, err, "previous cluster key", "mode %04o", mode)
+	}
+}
