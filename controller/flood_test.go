@@ -69,9 +69,18 @@ func TestIdleConnectionFloodDoesNotStopAnotherUsersProlog(t *testing.T) {
 
 	held := openFDs(t) - before
 	require.Less(t, held, 300, "the controller holds at most the flooder's cap (100) of its connections")
-	var refused dto.Metric
-	require.NoError(t, c.Metrics.hookRefused.WithLabelValues("connections").Write(&refused))
-	require.GreaterOrEqual(t, refused.GetCounter().GetValue(), float64(n-100), "the flooder's connections over its cap were closed")
+	// The kernel completes a connection's handshake before the server accepts it, so the flooder's last ones may
+	// still sit in the listen backlog when the prolog is answered: they are refused as the accept loop reaches
+	// them. A connection whose owner the kernel could not name (peer.Of falls back to the address) counts against
+	// the address's own cap of 100, so the flooder holds at most two caps' worth: 19,700 refused was seen once on
+	// a loaded machine, never fewer.
+	refusedSoFar := func() float64 {
+		var m dto.Metric
+		require.NoError(t, c.Metrics.hookRefused.WithLabelValues("connections").Write(&m))
+		return m.GetCounter().GetValue()
+	}
+	require.Eventually(t, func() bool { return refusedSoFar() >= float64(n-2*100) }, 60*time.Second, 50*time.Millisecond,
+		"the flooder's connections over its cap were closed (refused: %v)", refusedSoFar)
 }
 
 func openFDs(t *testing.T) int {
