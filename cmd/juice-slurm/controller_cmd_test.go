@@ -39,10 +39,12 @@ func TestSighupRetunesAndNeverStops(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
+	// No metrics listener: its default port (the hook API's + 1000) is not reserved by the test, and another
+	// process may hold it, which stopped the controller at start on a loaded machine.
 	base := "cluster = hup\ndatabase-url = " + dbURL + "\njuice-token-file = " + write("juice.token", "m2m_test\n") +
 		"\ncluster-key = " + write("cluster.key", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n") +
 		"\nhook-secret = " + write("hook.secret", "a-hook-secret-of-some-length\n") +
-		"\nhook-listen = " + addr + "\nhook-cert =\nslurmrestd-url = http://127.0.0.1:1\njuice-url = http://127.0.0.1:1\n"
+		"\nhook-listen = " + addr + "\nmetrics-listen = none\nhook-cert =\nslurmrestd-url = http://127.0.0.1:1\njuice-url = http://127.0.0.1:1\n"
 	conf := write("juice-slurm.conf", base+"poll-interval = 1h\nlookahead-per-pool = 2\nlog-level = info\n")
 
 	retunes := make(chan controller.Tuning, 4)
