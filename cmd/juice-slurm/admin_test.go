@@ -19,16 +19,24 @@ import (
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
-// adminWorld is a database with cluster c1's job 5 (run 0 released, run 1 waiting) and job 6 (pending).
-func adminWorld(t *testing.T) (args []string) {
+// migratedStore is cluster c1's store on a new database of the test bed's PostgreSQL, migrated, with its URL and
+// pool for the tests that look under the store.
+func migratedStore(t *testing.T) (string, *pgxpool.Pool, *store.Store) {
 	t.Helper()
 	url := testbed.NewDatabase(t)
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := pgxpool.New(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	st := store.New(pool, "c1")
-	require.NoError(t, st.Migrate(ctx))
+	require.NoError(t, st.Migrate(context.Background()))
+	return url, pool, st
+}
+
+// adminWorld is a database with cluster c1's job 5 (run 0 released, run 1 waiting) and job 6 (pending).
+func adminWorld(t *testing.T) (args []string) {
+	t.Helper()
+	url, _, st := migratedStore(t)
+	ctx := context.Background()
 	move := func(run reconcile.RunID, req request.Request, evs ...reconcile.Event) {
 		r, _, err := st.EnsureRun(ctx, reconcile.NewReservation{Run: run, Request: req, UserName: "alice", Partition: "gpu",
 			JobState: "PENDING", Reason: "seen by the test"})
@@ -126,13 +134,8 @@ func TestVersionPrintsTheSchemas(t *testing.T) {
 // An array's job id describes its elements, those bound to the job id slurmctld gave them and those reserved
 // ahead without one; status names an element not started yet by array and task.
 func TestDescribeAnArrayShowsItsElements(t *testing.T) {
-	url := testbed.NewDatabase(t)
+	url, _, st := migratedStore(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st := store.New(pool, "c1")
-	require.NoError(t, st.Migrate(ctx))
 	req := request.Request{Pool: "demo", GPUs: 1}
 	for _, run := range []reconcile.RunID{
 		{Cluster: "c1", JobID: 41, ArrayJobID: 40, ArrayTaskID: 0},

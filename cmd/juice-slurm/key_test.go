@@ -10,14 +10,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
-	"github.com/juice-slurm/juice-slurm/reconcile/store"
-	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
 // TestKeyRotation: rotate keeps the old key as the previous one and installs a new one, atomically and 0600;
@@ -121,13 +118,8 @@ func TestKeyRefusesOpenPreviousKey(t *testing.T) {
 // sealed under the previous key (its job opens the file at every step), names the run, and retires once that
 // reservation has let go, or at once with --force. Without the database (a compute node) it says it did not check.
 func TestKeyRetireWaitsForReadySessions(t *testing.T) {
-	url := testbed.NewDatabase(t)
+	url, _, st := migratedStore(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st := store.New(pool, "c1")
-	require.NoError(t, st.Migrate(ctx))
 
 	dir := t.TempDir()
 	kf := filepath.Join(dir, "cluster.key")

@@ -11,13 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
-	"github.com/juice-slurm/juice-slurm/reconcile/store"
-	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
 // juice-slurm report against the real PostgreSQL, figures worked out by hand. Period: 2026-01-01 00:00 to 10:00
@@ -29,13 +26,8 @@ import (
 //	bob   ml      demo 3 whole GPUs  09:00-11:00  1 h within: 3 GPU-h; demo's GPU VRAM unknown: 3 GPU-h apart
 //	carol (none)  a100 1 GPU         failed, never ready: nothing
 func TestReportFigures(t *testing.T) {
-	url := testbed.NewDatabase(t)
+	url, pool, st := migratedStore(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st := store.New(pool, "c1")
-	require.NoError(t, st.Migrate(ctx))
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	add := func(job uint32, user, account, poolName string, gpus int, vram uint64, state reconcile.State, ready *time.Time, end time.Time) {
 		r, _, err := st.EnsureRun(ctx, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c1", JobID: job},
