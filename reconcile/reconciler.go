@@ -101,11 +101,11 @@ func (rc *Reconciler) Reconcile(ctx context.Context, id uuid.UUID) (Result, erro
 	return Result{RequeueAfter: time.Second}, nil
 }
 
-// step takes one transition (done false), or says how long to wait (done true).
 func requestReason(r Reservation) string {
 	return "asking the Juice Controller for " + r.Request.Describe()
 }
 
+// step takes one transition (done false), or says how long to wait (done true).
 func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation, fresh bool) (Result, bool, error) {
 	// Not wanted any more: whatever it holds or is getting is let go, in every state that serves the run.
 	if !r.Spec.Wanted && r.Status.State.Serving() {
@@ -273,9 +273,9 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 }
 
 // requestWithinCap asks for r's session when its user stays within the site policy's cap on GPUs in the pool,
-// and otherwise keeps it pending, saying why (once: the reason shows in describe and jobs, and the job actor writes it into the job's comment),
-// and looks again after WaitPoll: what users expect of a quota, a run that waits its turn rather than one that
-// fails.
+// and otherwise keeps it pending, saying why (once: the reason shows in describe and jobs, and the job actor
+// writes it into the job's comment), and looks again after WaitPoll: what users expect of a quota, a run that
+// waits its turn rather than one that fails.
 func (rc *Reconciler) requestWithinCap(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
 	rc.capMu.Lock()
 	defer rc.capMu.Unlock()
