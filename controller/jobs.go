@@ -94,7 +94,7 @@ func (a *JobActor) lostSession(ctx context.Context, r *reconcile.Reservation) er
 		log.Info("the run lost its session but nothing here can requeue or cancel jobs", "reason", r.Status.FailReason)
 		return nil
 	}
-	why := "juice: the job's GPUs are gone: " + sanitizeLine(r.Status.FailReason)
+	why := "the job's GPUs are gone: " + sanitizeLine(r.Status.FailReason)
 	action := reconcile.LostSessionAction(j.Batch)
 	switch action {
 	case reconcile.JobRequeue:
@@ -102,12 +102,8 @@ func (a *JobActor) lostSession(ctx context.Context, r *reconcile.Reservation) er
 	case reconcile.JobCancel:
 		why += "; the job is cancelled"
 	}
-	if len(why) > 1000 {
-		why = why[:1000]
-	}
-	// The reason where scontrol show job and squeue %k show it: in place of job_submit.lua's copy of the request
-	// (never the user's own comment, never a comment that is the trusted request).
-	if j.AdminComment != "" && (j.Comment == "" || strings.HasPrefix(j.Comment, "juice:")) {
+	why = juiceLine(why)
+	if commentIsOurs(j) {
 		err := a.Slurm.UpdateJob(ctx, j.ID, slurmrest.JobUpdate{Comment: &why})
 		a.Metrics.observeSlurm("update_job", err)
 		if err != nil {
@@ -133,10 +129,7 @@ func (a *JobActor) lostSession(ctx context.Context, r *reconcile.Reservation) er
 // tellWait writes why the run waits (its user is at the pool's cap on GPUs) into the job's comment, where squeue
 // %k and scontrol show job show it: in place of job_submit.lua's copy of the request (never the user's own comment).
 func (a *JobActor) tellWait(ctx context.Context, r *reconcile.Reservation) error {
-	why := "juice: " + sanitizeLine(r.Status.Reason)
-	if len(why) > 1000 {
-		why = why[:1000]
-	}
+	why := juiceLine(sanitizeLine(r.Status.Reason))
 	j, err := a.Slurm.GetJob(ctx, r.Run.JobID)
 	a.Metrics.observeSlurm("get_job", err)
 	if errors.Is(err, slurmrest.ErrNotFound) || err == nil && (j.Run != r.Run.Run || j.State.IsFinished()) {
@@ -145,7 +138,7 @@ func (a *JobActor) tellWait(ctx context.Context, r *reconcile.Reservation) error
 	if err != nil {
 		return fmt.Errorf("read job %d to tell why its run waits: %w", r.Run.JobID, err)
 	}
-	if j.AdminComment == "" || j.Comment == why || j.Comment != "" && !strings.HasPrefix(j.Comment, "juice:") {
+	if !commentIsOurs(j) || j.Comment == why {
 		return nil
 	}
 	err = a.Slurm.UpdateJob(ctx, j.ID, slurmrest.JobUpdate{Comment: &why})
@@ -195,6 +188,23 @@ func (a *JobActor) untellWait(ctx context.Context, r *reconcile.Reservation) err
 	}
 	forget()
 	return nil
+}
+
+// juiceLine is a reason as the job's user reads it (scontrol notify, the job's comment): "juice: " and the reason,
+// at most 1000 bytes.
+func juiceLine(why string) string {
+	why = "juice: " + why
+	if len(why) > 1000 {
+		why = why[:1000]
+	}
+	return why
+}
+
+// commentIsOurs says whether the controller may write a reason into the job's comment, where scontrol show job
+// and squeue %k show it: in place of job_submit.lua's copy of the request, or of a reason written before; never
+// the user's own comment, and never on a job without the trusted request (admin_comment).
+func commentIsOurs(j *slurmrest.Job) bool {
+	return j.AdminComment != "" && (j.Comment == "" || strings.HasPrefix(j.Comment, "juice:"))
 }
 
 // sanitizeLine keeps a reason on one line of printable text.
