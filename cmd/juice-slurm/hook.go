@@ -254,27 +254,12 @@ func (h *hook) writeSession(name string, data []byte) error {
 	if name != want || len(data) == 0 {
 		return fmt.Errorf("the hook API sent session file %q (%d bytes) for %s", name, len(data), want)
 	}
-	tmp, err := os.CreateTemp(h.stateDir, "."+name+".tmp*")
+	tmp, err := secretfile.WriteTemp(h.stateDir, name, data, -1, -1)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(h.stateDir, name))
+	defer os.Remove(tmp)
+	return os.Rename(tmp, filepath.Join(h.stateDir, name))
 }
 
 func (h *hook) removeSession() {

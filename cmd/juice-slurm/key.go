@@ -218,35 +218,11 @@ func rotateKey(out io.Writer, k *session.Key, path, from string) error {
 // writeKeyTemp writes key in hex into a new file beside path, mode 0600, with the owner and group of like (when
 // this process may set them), synced to disk.
 func writeKeyTemp(path string, key []byte, like fs.FileInfo) (string, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new*")
-	if err != nil {
-		return "", err
-	}
-	name := f.Name()
-	fail := func(err error) (string, error) {
-		f.Close()
-		os.Remove(name)
-		return "", err
-	}
-	if err := f.Chmod(0o600); err != nil {
-		return fail(err)
-	}
+	uid, gid := -1, -1
 	if st, ok := like.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 {
-		if err := f.Chown(int(st.Uid), int(st.Gid)); err != nil {
-			return fail(err)
-		}
+		uid, gid = int(st.Uid), int(st.Gid)
 	}
-	if _, err := f.WriteString(hex.EncodeToString(key) + "\n"); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(name)
-		return "", err
-	}
-	return name, nil
+	return secretfile.WriteTemp(filepath.Dir(path), filepath.Base(path), []byte(hex.EncodeToString(key)+"\n"), uid, gid)
 }
 
 func syncDir(dir string) error {

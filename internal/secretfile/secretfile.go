@@ -137,3 +137,31 @@ func MinLength(n int) func(string) error {
 		return nil
 	}
 }
+
+// WriteTemp writes data into a new file in dir, named ".<base>.new*", mode 0600 (owned by uid:gid when uid is not
+// -1), synced to disk, and returns its name: the caller renames it into place, so that a reader never sees half a
+// secret. The file is removed when any step fails.
+func WriteTemp(dir, base string, data []byte, uid, gid int) (string, error) {
+	f, err := os.CreateTemp(dir, "."+base+".new*")
+	if err != nil {
+		return "", err
+	}
+	err = f.Chmod(0o600)
+	if err == nil && uid != -1 {
+		err = f.Chown(uid, gid)
+	}
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}

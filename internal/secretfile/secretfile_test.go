@@ -103,3 +103,22 @@ func TestSymlinkToSecretIsFollowed(t *testing.T) {
 		t.Fatalf("%q %v", v, err)
 	}
 }
+
+// WriteTemp's file is a secret file this package loads (mode 0600, its content whole), named to stay out of the
+// state directory's session names; a directory it cannot write leaves nothing behind.
+func TestWriteTemp(t *testing.T) {
+	dir := t.TempDir()
+	name, err := WriteTemp(dir, "cluster.key", []byte("s3cret\n"), -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(filepath.Base(name), ".cluster.key.new") {
+		t.Fatalf("temporary name %q", name)
+	}
+	if v, err := New(name, nil).Value(); err != nil || v != "s3cret" {
+		t.Fatalf("loaded %q, %v", v, err)
+	}
+	if _, err := WriteTemp(filepath.Join(dir, "missing"), "x", []byte("y"), -1, -1); err == nil {
+		t.Fatal("wrote into a missing directory")
+	}
+}
