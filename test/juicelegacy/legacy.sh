@@ -37,7 +37,7 @@ find_src() {
 		"$REPO/../../shared/third_party/juice-labs-legacy"; do
 		if [ -n "$c" ] && [ -f "$c/cmd/controller/main.go" ]; then (cd "$c" && pwd); return; fi
 	done
-	die "legacy source not found (set JUICE_LEGACY_SRC)"
+	die "the legacy controller's source (cmd/controller/main.go) is in none of: ${JUICE_LEGACY_SRC:+$JUICE_LEGACY_SRC, }$REPO/../shared/third_party/juice-labs-legacy, $REPO/../../shared/third_party/juice-labs-legacy; a checkout outside the work tree needs JUICE_LEGACY_SRC=/path/to/juice-labs-legacy"
 }
 
 # build_controller: copy the legacy source into $LEG/src and build it there, unless the binary is newer than
@@ -134,12 +134,21 @@ wait_for() {
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# start NAME COMMAND...: start a program in its own session with its output in log/NAME.log, pid in run/NAME.pid.
+# start NAME PROGRAM ARGS...: run PROGRAM in its own session, logging to log/NAME.log; the pid goes to run/NAME.pid.
+# It returns once the child has exec'd the program: until then /proc/PID/cmdline is this shell's, and alive() would
+# call a program that is only starting "exited" (seen in CI: the agent emulator "exited" 0 s after its start).
 start() {
-	local name=$1
+	local name=$1 pid i
 	shift
 	setsid "$@" </dev/null >>"$LOG/$name.log" 2>&1 &
-	echo $! >"$RUN/$name.pid"
+	pid=$!
+	echo "$pid" >"$RUN/$name.pid"
+	for ((i = 0; i < 100; i++)); do
+		running "$pid" || return 0 # it exited: alive() says so, and the caller shows the log
+		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "juice-legacy-$name" && return 0
+		sleep 0.05
+	done
+	die "$name: pid $pid has not started $1 after 5s"
 }
 
 # api METHOD PATH [BODY]: a request to the controller with the admin token; the token is read by curl from a
