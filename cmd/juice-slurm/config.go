@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -16,11 +13,14 @@ import (
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/juice-slurm/juice-slurm/internal/hook"
+	"github.com/juice-slurm/juice-slurm/internal/settings"
 )
 
 // DefaultConfig is the one configuration file of every command, read when it exists and neither --config nor
 // JUICE_CONFIG names another.
-const DefaultConfig = "/etc/juice-slurm/juice-slurm.conf"
+const DefaultConfig = settings.DefaultFile
 
 // defaultConfig is DefaultConfig, except in tests.
 var defaultConfig = DefaultConfig
@@ -29,7 +29,7 @@ var defaultConfig = DefaultConfig
 // any of them knows may appear in it, and each command takes the settings it has and leaves the others.
 var settingCommands = map[string]func(*flag.FlagSet){
 	"controller": func(fs *flag.FlagSet) { controllerFlags(fs) },
-	"hook":       func(fs *flag.FlagSet) { hookFlags(fs) },
+	"hook":       func(fs *flag.FlagSet) { hook.Flags(fs) },
 	"status":     func(fs *flag.FlagSet) { statusFlags(fs) },
 	"jobs":       func(fs *flag.FlagSet) { jobsFlags(fs) },
 	"describe":   func(fs *flag.FlagSet) { jobFlags(fs) },
@@ -56,8 +56,8 @@ func knownSettings() map[string]bool {
 	return known
 }
 
-// Origins says where each flag's value came from: "flag", "environment variable JUICE_X", "FILE:LINE" or "default".
-type Origins map[string]string
+// Origins says where each flag's value came from.
+type Origins = settings.Origins
 
 // parseFlags parses args, then fills every flag not given on the command line from the environment
 // (JUICE_<FLAG>) or, failing that, from the configuration file. The precedence, for every command: command line,
@@ -68,102 +68,15 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 }
 
 func parseFlagsFrom(fs *flag.FlagSet, args []string) (Origins, error) {
-	envConfig, named := os.LookupEnv("JUICE_CONFIG")
-	if !named {
-		envConfig = defaultConfig
-	}
-	config := fs.String("config", envConfig, "the configuration file, 'setting = value' lines (env JUICE_CONFIG; none: --config=)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	origins := Origins{}
-	fs.Visit(func(f *flag.Flag) {
-		origins[f.Name] = "flag"
-		named = named || f.Name == "config"
-	})
-	file := map[string]setting{}
-	if *config != "" {
-		var err error
-		file, err = readConfig(*config, fs)
-		switch {
-		case errors.Is(err, os.ErrNotExist) && !named:
-			// The default file is optional: flags and the environment may say it all.
-		case err != nil:
-			return nil, err
-		}
-		if _, ok := origins["config"]; !ok && named {
-			origins["config"] = "environment variable JUICE_CONFIG"
-		}
-	}
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if origins[f.Name] != "" || err != nil || f.Name == "config" {
-			return
-		}
-		if commandLineOnly[f.Name] {
-			origins[f.Name] = "default"
-			return
-		}
-		env := "JUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		v, ok := os.LookupEnv(env)
-		from := "environment variable " + env
-		if !ok {
-			var s setting
-			s, ok = file[f.Name]
-			v, from = s.value, s.at
-		}
-		if !ok {
-			origins[f.Name] = "default"
-			return
-		}
-		if e := fs.Set(f.Name, v); e != nil {
-			err = usageError{fmt.Errorf("%s: invalid value %q for %s: %v", from, v, f.Name, e)}
-		}
-		origins[f.Name] = from
-	})
-	if origins["config"] == "" {
-		origins["config"] = "default"
-	}
-	return origins, err
+	return settingsParser(defaultConfig).Parse(fs, args)
 }
 
-type setting struct{ value, at string }
-
-// readConfig reads 'setting = value' lines. A name no command knows is an error (a typo must not pass unseen); a
-// name another command knows is left to that command.
-func readConfig(path string, cmd *flag.FlagSet) (map[string]setting, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	defer f.Close()
-	known := knownSettings()
-	out := map[string]setting{}
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		k, v = strings.TrimSpace(k), strings.Trim(strings.TrimSpace(v), `"`)
-		if !ok {
-			return nil, usageError{fmt.Errorf("%s:%d: want 'setting = value', found %q", path, n, line)}
-		}
-		if !known[k] {
-			return nil, usageError{fmt.Errorf("%s:%d: unknown setting %q", path, n, k)}
-		}
-		if cmd.Lookup(k) != nil {
-			out[k] = setting{value: v, at: fmt.Sprintf("%s:%d", path, n)}
-		}
-	}
-	return out, sc.Err()
+// settingsParser reads the settings of every command but the hook (internal/hook reads its own the same way):
+// the file may hold any name of settings.Names, which TestSettingNamesAreTheCommandsFlags keeps equal to
+// knownSettings.
+func settingsParser(file string) settings.Parser {
+	return settings.Parser{File: file, Known: func(name string) bool { return settings.Names[name] },
+		CommandLineOnly: commandLineOnly}
 }
 
 // runSettings prints the settings a command would run with, and where each came from.

@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/internal/settings"
 )
 
 // One precedence for every command: a flag on the command line, then JUICE_<FLAG> in the environment, then the
@@ -106,11 +109,22 @@ prolog-wait = 90s
 	o := jobFlags(fs)
 	require.NoError(t, parseFlags(fs, []string{"--config", conf}))
 	require.Equal(t, "c9", *o.cluster)
-	fs = flag.NewFlagSet("hook", flag.ContinueOnError)
-	h := hookFlags(fs)
-	require.NoError(t, parseFlags(fs, []string{"--config", conf}))
-	require.Equal(t, "http://ctl:7171", *h.url)
-	require.Equal(t, 90*time.Second, *h.prologWait)
+	var out bytes.Buffer
+	require.NoError(t, runSettings(&out, []string{"hook", "--config", conf}))
+	require.Regexp(t, `(?m)^hook-url +http://ctl:7171 +`+regexp.QuoteMeta(conf)+`:5$`, out.String())
+	require.Regexp(t, `(?m)^prolog-wait +1m30s +`, out.String())
+}
+
+// The hook binary reads the shared file knowing its names from settings.Names, not from the commands' flags (it
+// does not link them): the list must be every setting the file may hold, and nothing else.
+func TestSettingNamesAreTheCommandsFlags(t *testing.T) {
+	want := map[string]bool{}
+	for name, ok := range knownSettings() {
+		if ok {
+			want[name] = true
+		}
+	}
+	require.Equal(t, want, settings.Names)
 }
 
 // The default file is read when it exists; a missing default file is no error, a missing named one is.

@@ -21,6 +21,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/juice-slurm/juice-slurm/internal/settings"
 )
 
 // Version is set at build time (Makefile: -X main.Version=...).
@@ -76,7 +78,8 @@ const (
 	exitNotFound = 3
 )
 
-// usageError is a bad flag, setting or argument: exit status 2.
+// usageError is a bad flag, setting or argument: exit status 2 (as is settings.UsageError, the settings
+// reader's).
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
@@ -88,11 +91,12 @@ func (e notFoundError) Unwrap() error { return e.error }
 
 func exitStatusOf(err error) int {
 	var u usageError
+	var su settings.UsageError
 	var nf notFoundError
 	switch {
 	case errors.As(err, &nf):
 		return exitNotFound
-	case errors.As(err, &u):
+	case errors.As(err, &u), errors.As(err, &su):
 		return exitUsage
 	}
 	return exitFailed

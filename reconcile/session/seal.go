@@ -35,6 +35,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+	"github.com/juice-slurm/juice-slurm/reconcile/session/filename"
 )
 
 const (
@@ -57,28 +58,12 @@ type Binding struct {
 
 func (b Binding) String() string { return fmt.Sprintf("%s/%d.%d", b.Cluster, b.JobID, b.Run) }
 
-// FileName is the file's name inside the shared state directory.
-func FileName(b Binding) string { return fmt.Sprintf("%d.%d.session", b.JobID, b.Run) }
+// FileName is the file's name inside the shared state directory (package filename holds it, for the hook).
+func FileName(b Binding) string { return filename.Of(b.JobID, b.Run) }
 
 // ParseFileName is FileName's inverse: the job and run of a state directory entry, or ok false for any other
 // name (a temporary file of the prolog, say).
-func ParseFileName(name string) (job uint32, run int, ok bool) {
-	m := fileNameRE.FindStringSubmatch(name)
-	if m == nil {
-		return 0, 0, false
-	}
-	j, err := strconv.ParseUint(m[1], 10, 32)
-	if err != nil {
-		return 0, 0, false
-	}
-	r, err := strconv.Atoi(m[2])
-	if err != nil {
-		return 0, 0, false
-	}
-	return uint32(j), r, true
-}
-
-var fileNameRE = regexp.MustCompile(`^(0|[1-9][0-9]{0,9})\.(0|[1-9][0-9]{0,8})\.session$`)
+func ParseFileName(name string) (job uint32, run int, ok bool) { return filename.Parse(name) }
 
 func header(b Binding, keyID string) string {
 	return fmt.Sprintf("%s cluster=%s job=%d run=%d reservation=%s key=%s", magic, b.Cluster, b.JobID, b.Run, b.Reservation, keyID)

@@ -1,4 +1,4 @@
-package main
+package hook
 
 import (
 	"bytes"
@@ -93,11 +93,11 @@ func newHookWorld(t *testing.T, script ...func(http.ResponseWriter)) *hookWorld 
 func (w *hookWorld) run(which string, extra ...string) error {
 	args := append([]string{"--config=", "--hook-url", w.url, "--hook-ca", w.ca, "--hook-secret", w.secret, "--state-dir", w.stateDir,
 		"--prolog-wait", "2s", "--epilog-wait", "1s", "--scontrol", w.scontrol}, extra...)
-	return hookMain(context.Background(), which, args, func(k string) string { return w.env[k] }, &w.stderr)
+	return Main(context.Background(), which, args, func(k string) string { return w.env[k] }, &w.stderr)
 }
 
 func exitStatus(err error) int {
-	var ec exitCode
+	var ec Exit
 	if errors.As(err, &ec) {
 		return int(ec)
 	}

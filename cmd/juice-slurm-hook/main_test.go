@@ -1,0 +1,64 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The hook binary's start is the prolog's floor: it links the standard library and the hook's own packages, and
+// nothing of the controller (pgx, prometheus, zap, protobuf, the session's crypto), whose inits and pages each
+// run would pay for.
+func TestHookLinksLittle(t *testing.T) {
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	allowed := map[string]bool{
+		"github.com/juice-slurm/juice-slurm/cmd/juice-slurm-hook":       true,
+		"github.com/juice-slurm/juice-slurm/internal/hook":              true,
+		"github.com/juice-slurm/juice-slurm/internal/settings":          true,
+		"github.com/juice-slurm/juice-slurm/internal/secretfile":        true,
+		"github.com/juice-slurm/juice-slurm/internal/backoff":           true,
+		"github.com/juice-slurm/juice-slurm/controller/hookapi":         true,
+		"github.com/juice-slurm/juice-slurm/reconcile/session/filename": true,
+	}
+	for _, p := range strings.Fields(string(out)) {
+		require.True(t, allowed[p], "cmd/juice-slurm-hook links %s: each package adds to every prolog's start", p)
+	}
+}
+
+// The exit statuses slurmctld and an administrator see: usage 2; a job that asked nothing of Juice passes without
+// a call, whatever the settings say.
+func TestExitStatuses(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "juice-slurm-hook")
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	status := func(env []string, args ...string) (int, string) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append([]string{"JUICE_CONFIG="}, env...)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		}
+		require.NoError(t, err)
+		return 0, string(out)
+	}
+	code, out2 := status(nil)
+	require.Equal(t, 2, code, out2)
+	code, _ = status(nil, "postlog")
+	require.Equal(t, 2, code)
+	code, out2 = status([]string{"SLURM_JOB_ID=7", "SLURM_CLUSTER_NAME=c1"}, "prolog", "--no-such-flag")
+	require.Equal(t, 0, code, "a plain job's prolog passes a bad flag: %s", out2)
+	code, out2 = status([]string{"SLURM_JOB_ID=7", "SLURM_CLUSTER_NAME=c1", "SPANK_JUICE_REQUEST=juice:v1:pool=p,gpus=1"}, "prolog", "--no-such-flag")
+	require.Equal(t, 2, code, "a Juice job's prolog fails on a bad flag: %s", out2)
+	code, out2 = status([]string{"SLURM_JOB_ID=7", "SLURM_CLUSTER_NAME=c1", "SPANK_JUICE_REQUEST=juice:v1:pool=p,gpus=1"}, "prolog",
+		"--hook-ca", filepath.Join(t.TempDir(), "absent.crt"))
+	require.Equal(t, 1, code, "no CA, no call: %s", out2)
+	require.Contains(t, out2, "hook CA")
+	code, out2 = status([]string{"SLURM_JOB_ID=7", "SLURM_CLUSTER_NAME=c1", "SPANK_JUICE_REQUEST=juice:v1:pool=p,gpus=1"}, "epilog",
+		"--hook-ca", filepath.Join(t.TempDir(), "absent.crt"))
+	require.Equal(t, 0, code, "the epilog never fails: %s", out2)
+}
