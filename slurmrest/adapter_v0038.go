@@ -19,6 +19,9 @@ type v0038Adapter struct{ ver string }
 func (a *v0038Adapter) version() string  { return a.ver }
 func (a *v0038Adapter) canRequeue() bool { return false }
 
+// canTrackStates: v0.0.3x has no jobs/state endpoint; the caller lists the jobs instead.
+func (a *v0038Adapter) canTrackStates() bool { return false }
+
 func (a *v0038Adapter) req(method, path string, body any, idempotent bool) request {
 	return request{method: method, path: "/slurm/" + a.ver + path, body: body, idempotent: idempotent, version: a.ver}
 }
@@ -185,6 +188,10 @@ func (a *v0038Adapter) submitJob(ctx context.Context, c *Client, s JobSubmission
 		return 0, fmt.Errorf("slurmrest: %s %s: reply without a job id", r.method, r.path)
 	}
 	return uint32(out.JobID), nil
+}
+
+func (a *v0038Adapter) jobStates(context.Context, *Client, []uint32) ([]JobStatus, error) {
+	return nil, fmt.Errorf("slurmrest: job states with %s: %w (v0.0.40+; list the jobs instead)", a.ver, ErrUnsupported)
 }
 
 func (a *v0038Adapter) requeueJob(context.Context, *Client, uint32) error {

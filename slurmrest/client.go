@@ -262,6 +262,30 @@ func (c *Client) CanRequeue(ctx context.Context) (bool, error) {
 	return ad.canRequeue(), nil
 }
 
+// JobStates returns the state of each job asked for that slurmctld still knows (an unknown or aged-out id is
+// simply absent), with one cheap job-state RPC per batch of ids instead of a listing of the whole queue. Asking
+// for an array's job id returns all its elements. Only v0.0.40+ has it (CanTrackStates); older versions return
+// ErrUnsupported.
+func (c *Client) JobStates(ctx context.Context, ids []uint32) ([]JobStatus, error) {
+	ad, err := c.adapter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return ad.jobStates(ctx, c, ids)
+}
+
+// CanTrackStates reports whether JobStates works with the negotiated version (v0.0.40 and newer: Slurm 23.11+).
+func (c *Client) CanTrackStates(ctx context.Context) (bool, error) {
+	ad, err := c.adapter(ctx)
+	if err != nil {
+		return false, err
+	}
+	return ad.canTrackStates(), nil
+}
+
 // ---- transport ------------------------------------------------------------------------------------
 
 type request struct {

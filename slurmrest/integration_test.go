@@ -333,6 +333,42 @@ func TestIntegration(t *testing.T) {
 		require.NoError(t, c.CancelJob(ctx, id))
 	})
 
+	t.Run("JobStates", func(t *testing.T) {
+		can, err := c.CanTrackStates(ctx)
+		require.NoError(t, err)
+		if legacy := strings.HasPrefix(v, "v0.0.3"); legacy {
+			require.False(t, can, "%s has no jobs/state endpoint", v)
+			_, err := c.JobStates(ctx, []uint32{1})
+			require.ErrorIs(t, err, slurmrest.ErrUnsupported)
+			return
+		}
+		require.True(t, can, "%s has jobs/state", v)
+		held := s.submit(t, slurmrest.JobSubmission{Script: "#!/bin/sh\nsleep 30\n", Hold: true})
+		held2 := s.submit(t, slurmrest.JobSubmission{Script: "#!/bin/sh\nsleep 30\n", Hold: true})
+		// More ids than one request carries (StatesBatch): the unknown ones are absent, the two jobs answered once each.
+		ids := []uint32{held}
+		for i := uint32(0); i < slurmrest.StatesBatch; i++ {
+			ids = append(ids, 4_000_000_000+i)
+		}
+		ids = append(ids, held2)
+		got, err := c.JobStates(ctx, ids)
+		require.NoError(t, err)
+		byID := map[uint32]slurmrest.JobStatus{}
+		for _, st := range got {
+			byID[st.ID] = st
+		}
+		require.Len(t, got, 2, "%+v", got)
+		assert.Equal(t, slurmrest.StatePending, byID[held].State)
+		assert.Equal(t, slurmrest.StatePending, byID[held2].State)
+		assert.False(t, byID[held].HasTask)
+		require.NoError(t, c.CancelJob(ctx, held2))
+		s.waitFor(t, held2, "cancelled", waitLong, func(j *slurmrest.Job) bool { return j.State == slurmrest.StateCancelled })
+		got, err = c.JobStates(ctx, []uint32{held2})
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.Equal(t, slurmrest.StateCancelled, got[0].State)
+	})
+
 	t.Run("NotFound", func(t *testing.T) {
 		_, err := c.GetJob(ctx, 999999999)
 		require.Error(t, err)

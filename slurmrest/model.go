@@ -293,3 +293,18 @@ func unixOrZero(n int64) time.Time {
 	}
 	return time.Unix(n, 0)
 }
+
+// JobStatus is one job's entry in a JobStates reply: only what slurmctld's job-state RPC carries, its state. No
+// reason, restart count, hold or request: a caller that sees a state it did not expect asks GetJob for the rest.
+type JobStatus struct {
+	// ID is the number before the underscore of the reply's job_id: the job's id; for an array's element its own job
+	// id on v0.0.42+, but the array's job id on v0.0.40 and v0.0.41 (seen on 24.11.5): match an element on both.
+	ID uint32
+	// Task is the array task id when the entry is an array's element (HasTask); an array's pending remainder
+	// is listed as one entry per pending task, each with the remainder's job id.
+	Task    uint32
+	HasTask bool
+	State   JobState
+	// Flags are the state words after the base state (CONFIGURING, COMPLETING, REQUEUED, ...).
+	Flags []string
+}

@@ -27,6 +27,8 @@ type adapter interface {
 	submitJob(ctx context.Context, c *Client, s JobSubmission) (uint32, error)
 	requeueJob(ctx context.Context, c *Client, id uint32) error
 	canRequeue() bool
+	jobStates(ctx context.Context, c *Client, ids []uint32) ([]JobStatus, error)
+	canTrackStates() bool
 }
 
 func adapterFor(v string) (adapter, error) {

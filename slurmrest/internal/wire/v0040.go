@@ -154,3 +154,17 @@ type V0045JobRequeueResponse struct {
 	Errors   []Error                `json:"errors"`
 	Warnings []Warning              `json:"warnings"`
 }
+
+// V0040JobStatesResponse is what GET jobs/state/ answers on v0.0.40 .. v0.0.45. The OpenAPI documents of 24.11
+// and 26.05 name openapi_job_info_resp as its schema, but the daemons send openapi_job_state_resp (seen on
+// 24.11.5 and 26.05.5, testdata/replies/*/job_states.json): job_id is a string ("123", or "124_3" for an array's
+// element: its own job id, then its task id) and state the job's state words. So it has no wirecheck entry.
+type V0040JobStatesResponse struct {
+	Jobs []struct {
+		JobID string   `json:"job_id"`
+		State []string `json:"state"`
+	} `json:"jobs"`
+	Meta     *V0040Meta `json:"meta,omitempty"`
+	Errors   []Error    `json:"errors"`
+	Warnings []Warning  `json:"warnings"`
+}
