@@ -44,8 +44,13 @@ type Config struct {
 	Cluster string
 	// Unmunge is the path of unmunge, for POST /v1/mine (a user's own runs); empty: that call is off.
 	Unmunge string
-	// PollInterval is the time between two listings of slurmrestd. Default 2s.
+	// PollInterval is the time between two polls of slurmrestd. Default 2s. A poll lists the queue, or (API
+	// v0.0.40+, between listings paced by ListPace) asks only the states of the open reservations' jobs.
 	PollInterval time.Duration
+	// ListPace paces the full listings; zero values take DefaultListPace's.
+	ListPace ListPace
+	// FullListings lists the whole queue at every poll, as before the jobs/state tracking (issue 14).
+	FullListings bool
 	// WaitPoll is how often a queued session is looked at. Default 1s, the legacy controller's tick.
 	WaitPoll time.Duration
 	// ReadyCheck is how often a ready session is checked to be alive. Default 30s.
@@ -406,7 +411,8 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		"jobs":      func() int { return jq.Len() + jq.Waiting() },
 	})()
 	p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
-		TrustComment: c.Config.TrustComment, Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: rq.Add}
+		Pace: c.Config.ListPace, FullListings: c.Config.FullListings, TrustComment: c.Config.TrustComment,
+		Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: rq.Add}
 	// Each actor hears of the changes it acts on: the reconciler of what observers want (its own status writes
 	// need no second pass), the job actor of what Slurm says and of the reconciler's moves.
 	defer hub.OnChange(func(ch notify.Change) {

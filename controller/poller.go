@@ -22,12 +22,52 @@ type Slurm interface {
 	ListJobs(ctx context.Context, since time.Time) (slurmrest.JobList, error)
 	GetJob(ctx context.Context, id uint32) (*slurmrest.Job, error)
 	UpdateJob(ctx context.Context, id uint32, u slurmrest.JobUpdate) error
+	// CanTrackStates and JobStates: the cheap state of known jobs (API v0.0.40+; 22.05 has none, and the poller
+	// then lists at every poll).
+	CanTrackStates(ctx context.Context) (bool, error)
+	JobStates(ctx context.Context, ids []uint32) ([]slurmrest.JobStatus, error)
+}
+
+// ListPace paces the full listings of the queue when the open reservations' jobs can be tracked by their states.
+// A listing is what discovers new Juice jobs and feeds the look-ahead, and with update_time it is all or nothing:
+// any change anywhere returns the whole queue (2.5 to 3 s of slurmctld and slurmrestd work with 10,000 queued jobs
+// on 22.05, issue 14). So the next listing comes no sooner than Factor times the wall time the last one took, and
+// no later than Max after it: never skipped for ever.
+type ListPace struct {
+	// Factor: the next listing waits Factor × the last listing's wall time. Default 10: the controller's listings
+	// then keep slurmrestd and slurmctld busy at most 1/(Factor+1), about 9% of the time, however long the queue;
+	// a queue that lists in 50 ms is still listed about every poll, and one "nothing changed" reply (cheap) does
+	// not hold the next listing back.
+	Factor float64
+	// Min is the least time between two listings (default 0: at most one per poll).
+	Min time.Duration
+	// Max is the most time between two listings (default 1 minute): how late a new Juice job may be seen at worst
+	// (the prolog registers a job the poller has not seen; the look-ahead serves jobs that wait much longer in a
+	// queue that long), and how late a hold of a pending job is seen (its state stays PENDING).
+	Max time.Duration
+}
+
+// DefaultListPace is the pace of a zero ListPace.
+var DefaultListPace = ListPace{Factor: 10, Min: 0, Max: time.Minute}
+
+// after is how long after a listing that took wall the next one is due.
+func (l ListPace) after(wall time.Duration) time.Duration {
+	if l.Factor <= 0 {
+		l.Factor = DefaultListPace.Factor
+	}
+	if l.Max <= 0 {
+		l.Max = DefaultListPace.Max
+	}
+	d := time.Duration(l.Factor * float64(wall))
+	return min(max(d, l.Min), max(l.Max, l.Min))
 }
 
 // Poller observes Slurm and records what it sees and wants in the reservations' specs; it never moves a
-// reservation and never acts on Slurm. Each poll costs slurmctld one conditional listing (update_time: "nothing
-// changed" is cheap); a single GET is sent only to confirm that a job missing from the listing is really gone.
-// From the listing it
+// reservation and never acts on Slurm. A poll costs slurmctld either one conditional listing of the queue
+// (update_time: "nothing changed" is cheap, any change returns every job), or, between listings paced by what they
+// cost (ListPace) and when the API has it (v0.0.40+), the states of the open reservations' jobs only (JobStates,
+// one light RPC per 400 jobs) and one GET for each of those whose state changed. A single GET also confirms that a
+// job missing from the listing is really gone. From what it knows of the Juice jobs it
 //
 //   - creates a pending reservation for each Juice job that wants one now: CONFIGURING, RUNNING or SUSPENDED, or
 //     PENDING and picked by the look-ahead policy (the store decides whether the run may be reserved);
@@ -47,6 +87,11 @@ type Poller struct {
 	// Enqueue hands a reservation the poller created to the reconciler at once.
 	Enqueue func(uuid.UUID)
 	Now     func() time.Time
+	// Pace paces the listings while known runs are tracked by their states; the zero value is DefaultListPace.
+	Pace ListPace
+	// FullListings lists the queue at every poll and never tracks states: the design before issue 14, kept to
+	// compare with (test/bench/cmd/juice-bench-scale) and as a way out.
+	FullListings bool
 
 	since    time.Time
 	snapshot map[uint32]slurmrest.Job // the Juice jobs of the last listing that changed
@@ -55,6 +100,37 @@ type Poller struct {
 	// at the next one, even when Slurm reports no change since.
 	unsettled bool
 	kicked    atomic.Bool // a reservation was created: compare at the next poll even if Slurm did not change
+
+	track    trackMode
+	nextList time.Time         // the next listing is due then (tracking only)
+	known    []reconcile.RunID // the open reservations' bound runs, as of the last comparison: what is tracked
+}
+
+type trackMode int
+
+const (
+	trackUnknown trackMode = iota // not asked yet
+	trackYes
+	trackNo // the API has no jobs/state (22.05), or FullListings
+)
+
+// tracking reports whether known runs are tracked by their states (asked once of the client).
+func (p *Poller) tracking(ctx context.Context) (bool, error) {
+	if p.FullListings {
+		return false, nil
+	}
+	if p.track == trackUnknown {
+		can, err := p.Slurm.CanTrackStates(ctx)
+		if err != nil {
+			return false, fmt.Errorf("poll slurmrestd: %w", err)
+		}
+		p.track = trackNo
+		if can {
+			p.track = trackYes
+		}
+		p.Log.Info("known runs tracked by their states between listings", "tracked", can)
+	}
+	return p.track == trackYes, nil
 }
 
 // Kick makes the next poll compare Slurm with the reservations even if Slurm reports no change.
@@ -69,31 +145,29 @@ func (p *Poller) Poll(ctx context.Context) error {
 	if p.Now != nil {
 		now = p.Now()
 	}
-	list, err := p.Slurm.ListJobs(ctx, p.since)
-	p.Metrics.observeSlurm("list_jobs", err)
+	tracking, err := p.tracking(ctx)
 	if err != nil {
-		return fmt.Errorf("poll slurmrestd: %w", err)
+		return err
+	}
+	var unchanged bool
+	if !tracking || p.snapshot == nil || !now.Before(p.nextList) {
+		if unchanged, err = p.list(ctx, now); err != nil {
+			return err
+		}
+	} else {
+		changed, err := p.trackKnown(ctx)
+		if err != nil {
+			return err
+		}
+		unchanged = !changed
 	}
 	// Nothing changed in Slurm: the comparison below would find what the last one found, so it is skipped, but
 	// not for ever: the look-ahead window moves with time, and a purged job may not touch the listing.
-	if list.Unchanged && p.snapshot != nil && !p.unsettled && p.quiet < quietPolls && !p.kicked.Swap(false) {
+	if unchanged && !p.unsettled && p.quiet < quietPolls && !p.kicked.Swap(false) {
 		p.quiet++
 		return nil
 	}
 	p.quiet = 0
-	if !list.Unchanged || p.snapshot == nil {
-		snapshot := map[uint32]slurmrest.Job{}
-		for _, j := range list.Jobs {
-			_, err := JobRequest(&j, p.TrustComment)
-			switch {
-			case err == nil:
-				snapshot[j.ID] = j
-			case !errors.Is(err, request.ErrNotARequest):
-				p.Log.V(1).Info("job carries a malformed Juice request; ignored", "job", j.ID, "error", err.Error())
-			}
-		}
-		p.snapshot, p.since = snapshot, list.LastUpdate
-	}
 	p.unsettled = true
 
 	open, err := p.Store.Open(ctx)
@@ -184,13 +258,112 @@ func (p *Poller) Poll(ctx context.Context) error {
 		p.Log.Info("new reservation", "job", r.Run.JobID, "run", r.Run.Run, "request", r.Request.String(), "jobState", r.Spec.JobState)
 		p.Enqueue(r.ID)
 	}
+	known := make([]reconcile.RunID, 0, len(open)+len(created))
 	for i := range open {
 		if err := p.observe(ctx, &open[i]); err != nil {
 			return err
 		}
+		if !open[i].Run.Unbound() {
+			known = append(known, open[i].Run)
+		}
 	}
+	for _, r := range created {
+		if !r.Run.Unbound() {
+			known = append(known, r.Run)
+		}
+	}
+	p.known = known
 	p.unsettled = false
 	return nil
+}
+
+// list takes a listing of the queue into the snapshot; unchanged is true when Slurm reports no change since the last
+// one. While tracking, the next listing is due ListPace.after the listing's wall time.
+func (p *Poller) list(ctx context.Context, now time.Time) (unchanged bool, err error) {
+	start := time.Now()
+	list, err := p.Slurm.ListJobs(ctx, p.since)
+	p.Metrics.observeSlurm("list_jobs", err)
+	if err != nil {
+		return false, fmt.Errorf("poll slurmrestd: %w", err)
+	}
+	p.nextList = now.Add(p.Pace.after(time.Since(start)))
+	if list.Unchanged && p.snapshot != nil {
+		return true, nil
+	}
+	snapshot := map[uint32]slurmrest.Job{}
+	for _, j := range list.Jobs {
+		_, err := JobRequest(&j, p.TrustComment)
+		switch {
+		case err == nil:
+			snapshot[j.ID] = j
+		case !errors.Is(err, request.ErrNotARequest):
+			p.Log.V(1).Info("job carries a malformed Juice request; ignored", "job", j.ID, "error", err.Error())
+		}
+	}
+	p.snapshot, p.since = snapshot, list.LastUpdate
+	return false, nil
+}
+
+// trackKnown updates the snapshot's entries of the known runs' jobs from their states: a job whose state differs
+// from the snapshot's is read in full (one GET: its run, reason and hold are not in the state reply), and one
+// slurmctld no longer knows leaves the snapshot (observe confirms with one GET that it is gone). A job that was
+// held while pending keeps its state: the next listing shows the hold. changed is true when an entry changed.
+func (p *Poller) trackKnown(ctx context.Context) (changed bool, err error) {
+	if len(p.known) == 0 {
+		return false, nil
+	}
+	ids := make([]uint32, len(p.known))
+	for i, r := range p.known {
+		ids[i] = r.JobID
+	}
+	states, err := p.Slurm.JobStates(ctx, ids)
+	p.Metrics.observeSlurm("job_states", err)
+	if err != nil {
+		return false, fmt.Errorf("poll slurmrestd for the states of %d jobs: %w", len(ids), err)
+	}
+	type key struct {
+		id, task uint32
+		hasTask  bool
+	}
+	seen := make(map[key]slurmrest.JobState, len(states))
+	for _, st := range states {
+		seen[key{st.ID, st.Task, st.HasTask}] = st.State
+	}
+	for _, r := range p.known {
+		state, ok := seen[key{id: r.JobID}]
+		if r.Element() {
+			// An element is named by its own job id (v0.0.42+) or by its array's (v0.0.40/41), with its task id.
+			if state, ok = seen[key{r.JobID, r.ArrayTaskID, true}]; !ok {
+				state, ok = seen[key{r.ArrayJobID, r.ArrayTaskID, true}]
+			}
+		}
+		old, had := p.snapshot[r.JobID]
+		switch {
+		case !ok && !had:
+			// Gone, or a job the listing never showed as a Juice job: observe asks slurmrestd as it did before.
+		case !ok:
+			delete(p.snapshot, r.JobID)
+			changed = true
+		case had && old.State == state:
+		default:
+			j, err := p.Slurm.GetJob(ctx, r.JobID)
+			p.Metrics.observeSlurm("get_job", err)
+			switch {
+			case errors.Is(err, slurmrest.ErrNotFound):
+				delete(p.snapshot, r.JobID)
+			case err != nil:
+				return false, fmt.Errorf("read job %d, whose state changed to %s: %w", r.JobID, state, err)
+			default:
+				if _, err := JobRequest(j, p.TrustComment); err == nil {
+					p.snapshot[r.JobID] = *j
+				} else {
+					delete(p.snapshot, r.JobID)
+				}
+			}
+			changed = true
+		}
+	}
+	return changed, nil
 }
 
 // bind binds each open reservation of an array element reserved ahead to the job id slurmctld gave the element,

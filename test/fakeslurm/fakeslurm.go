@@ -20,6 +20,9 @@ type Slurm struct {
 	changed time.Time
 	lists   int
 	gets    int
+	states  int
+	// legacy: no jobs/state endpoint, as slurmrestd of 22.05 (v0.0.38)
+	legacy  bool
 	updates []slurmrest.JobUpdate
 	funcs   Funcs
 }
@@ -30,6 +33,7 @@ type Funcs struct {
 	ListJobs  func(ctx context.Context, since time.Time, next func(context.Context, time.Time) (slurmrest.JobList, error)) (slurmrest.JobList, error)
 	GetJob    func(ctx context.Context, id uint32, next func(context.Context, uint32) (*slurmrest.Job, error)) (*slurmrest.Job, error)
 	UpdateJob func(ctx context.Context, id uint32, u slurmrest.JobUpdate, next func(context.Context, uint32, slurmrest.JobUpdate) error) error
+	JobStates func(ctx context.Context, ids []uint32, next func(context.Context, []uint32) ([]slurmrest.JobStatus, error)) ([]slurmrest.JobStatus, error)
 }
 
 // Intercept replaces the interceptors (the zero Funcs removes them).
@@ -90,6 +94,21 @@ func (f *Slurm) Remove(id uint32) {
 	defer f.mu.Unlock()
 	delete(f.jobs, id)
 	f.touch()
+}
+
+// Legacy makes it an API without the jobs/state endpoint (Slurm 22.05, v0.0.38): CanTrackStates says no and
+// JobStates fails with slurmrest.ErrUnsupported.
+func (f *Slurm) Legacy() {
+	f.mu.Lock()
+	f.legacy = true
+	f.mu.Unlock()
+}
+
+// States counts JobStates calls.
+func (f *Slurm) States() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.states
 }
 
 // Lists counts ListJobs calls.
@@ -189,4 +208,45 @@ func (f *Slurm) update(_ context.Context, id uint32, u slurmrest.JobUpdate) erro
 		f.touch()
 	}
 	return nil
+}
+
+// CanTrackStates says whether JobStates works (not after Legacy).
+func (f *Slurm) CanTrackStates(context.Context) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.legacy, nil
+}
+
+// JobStates answers as slurmctld's job-state RPC does: the state of each asked job it knows, an element of an
+// array under its own job id and its task id (v0.0.42+), nothing for an unknown id.
+func (f *Slurm) JobStates(ctx context.Context, ids []uint32) ([]slurmrest.JobStatus, error) {
+	f.mu.Lock()
+	f.states++
+	fn := f.funcs.JobStates
+	f.mu.Unlock()
+	if fn != nil {
+		return fn(ctx, ids, f.jobStates)
+	}
+	return f.jobStates(ctx, ids)
+}
+
+func (f *Slurm) jobStates(_ context.Context, ids []uint32) ([]slurmrest.JobStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.legacy {
+		return nil, slurmrest.ErrUnsupported
+	}
+	var out []slurmrest.JobStatus
+	for _, id := range ids {
+		j, ok := f.jobs[id]
+		if !ok {
+			continue
+		}
+		st := slurmrest.JobStatus{ID: j.ID, State: j.State, Flags: j.StateFlags}
+		if j.Array != nil && j.Array.HasTask {
+			st.Task, st.HasTask = j.Array.TaskID, true
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }

@@ -1,0 +1,157 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
+)
+
+const trackReq = "juice:v1:pool=test,gpus=1"
+
+// trackingPoller is a poller whose listings are an hour apart (ListPace) on a clock the test moves.
+func trackingPoller(h *harness) (*Poller, *time.Time) {
+	p, _ := h.poller()
+	clock := time.Now()
+	p.Now = func() time.Time { return clock }
+	p.Pace = ListPace{Factor: 10, Min: time.Hour, Max: time.Hour}
+	return p, &clock
+}
+
+// churn changes jobs that are not Juice jobs, as a large site's queue does every second: a listing would return the
+// whole queue.
+func churn(h *harness, n int) {
+	for i := 0; i < n; i++ {
+		h.slurm.Set(slurmrest.Job{ID: uint32(9000 + i), State: slurmrest.StatePending, StateReason: "JobHeldUser", UserName: "bob"})
+	}
+}
+
+func (h *harness) run(t *testing.T, job uint32, run int) reconcile.Reservation {
+	t.Helper()
+	r, err := h.store.ForRun(context.Background(), reconcile.RunID{Cluster: "c1", JobID: job, Run: run})
+	require.NoError(t, err)
+	return r
+}
+
+// Between listings, the open reservations' jobs are tracked by one JobStates call per poll, and a job is read in
+// full only when its state changed: a poll costs what changed, not the queue. The listing comes when ListPace says.
+func TestPollerTracksKnownRunsBetweenListings(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	p, clock := trackingPoller(h)
+	h.slurm.Set(fakeslurm.JuiceJob(1, 0, slurmrest.StateRunning, trackReq), fakeslurm.JuiceJob(2, 0, slurmrest.StateRunning, trackReq))
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, 1, h.slurm.Lists())
+	require.True(t, h.run(t, 1, 0).Spec.Wanted)
+
+	for i := 0; i < 5; i++ {
+		churn(h, 10)
+		*clock = clock.Add(time.Minute)
+		require.NoError(t, p.Poll(ctx))
+	}
+	require.Equal(t, 1, h.slurm.Lists(), "no listing before ListPace says")
+	require.Equal(t, 5, h.slurm.States(), "one JobStates per poll")
+	require.Zero(t, h.slurm.Gets(), "no state changed: no job read")
+
+	// Job 1 ends: its state changes, it alone is read, and its run is let go.
+	h.slurm.Set(fakeslurm.JuiceJob(1, 0, slurmrest.StateCompleted, trackReq))
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, 1, h.slurm.Lists())
+	require.Equal(t, 1, h.slurm.Gets())
+	r := h.run(t, 1, 0)
+	require.False(t, r.Spec.Wanted)
+	require.True(t, r.Spec.RunOver)
+	require.Contains(t, r.Spec.WantReason, "ended")
+	require.True(t, h.run(t, 2, 0).Spec.Wanted)
+
+	// The listing is never put off for ever: once Max has passed, the poll lists.
+	*clock = clock.Add(time.Hour)
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, 2, h.slurm.Lists())
+}
+
+// A requeued job shows as a state change (RUNNING → PENDING); the one GET it causes gives the new run, and the old
+// run is let go. A job gone from slurmctld is absent from the reply; one GET confirms it.
+func TestPollerTrackingSeesRequeueAndVanish(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	p, _ := trackingPoller(h)
+	h.slurm.Set(fakeslurm.JuiceJob(3, 0, slurmrest.StateRunning, trackReq), fakeslurm.JuiceJob(4, 0, slurmrest.StateRunning, trackReq))
+	require.NoError(t, p.Poll(ctx))
+
+	requeued := fakeslurm.JuiceJob(3, 1, slurmrest.StatePending, trackReq)
+	requeued.StateReason = "BeginTime"
+	h.slurm.Set(requeued)
+	h.slurm.Remove(4)
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, 1, h.slurm.Lists())
+	require.Equal(t, 2, h.slurm.Gets(), "one GET for the changed job, one to confirm the vanished one")
+	r3 := h.run(t, 3, 0)
+	require.False(t, r3.Spec.Wanted)
+	require.Contains(t, r3.Spec.WantReason, "requeued")
+	r4 := h.run(t, 4, 0)
+	require.False(t, r4.Spec.Wanted)
+	require.Equal(t, "GONE", r4.Spec.JobState)
+}
+
+// New Juice jobs are found by the listings alone: a job submitted between listings waits for the next one.
+func TestPollerDiscoversNewJobsAtListingPace(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	p, clock := trackingPoller(h)
+	h.slurm.Set(fakeslurm.JuiceJob(5, 0, slurmrest.StateRunning, trackReq))
+	require.NoError(t, p.Poll(ctx))
+	h.slurm.Set(fakeslurm.JuiceJob(6, 0, slurmrest.StatePending, trackReq))
+	*clock = clock.Add(30 * time.Minute)
+	require.NoError(t, p.Poll(ctx))
+	_, err := h.store.ForRun(ctx, reconcile.RunID{Cluster: "c1", JobID: 6})
+	require.Error(t, err, "not listed yet")
+	*clock = clock.Add(30 * time.Minute)
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, 2, h.slurm.Lists())
+	require.True(t, h.run(t, 6, 0).Spec.Wanted, "reserved ahead once listed")
+	// Now tracked: its start is a state change seen by the next poll, without a listing.
+	h.slurm.Set(fakeslurm.JuiceJob(6, 0, slurmrest.StateConfiguring, trackReq))
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, 2, h.slurm.Lists())
+	require.Equal(t, "CONFIGURING", h.run(t, 6, 0).Spec.JobState)
+}
+
+// Without jobs/state (Slurm 22.05) and with FullListings, every poll lists, as before.
+func TestPollerListsEveryPollWithoutStates(t *testing.T) {
+	t.Parallel()
+	for name, setup := range map[string]func(*harness, *Poller){
+		"legacy API":   func(h *harness, _ *Poller) { h.slurm.Legacy() },
+		"FullListings": func(_ *harness, p *Poller) { p.FullListings = true },
+	} {
+		h := newHarness(t)
+		ctx := context.Background()
+		p, _ := trackingPoller(h)
+		setup(h, p)
+		h.slurm.Set(fakeslurm.JuiceJob(7, 0, slurmrest.StateRunning, trackReq))
+		for i := 0; i < 3; i++ {
+			churn(h, 1)
+			require.NoError(t, p.Poll(ctx))
+		}
+		require.Equal(t, 3, h.slurm.Lists(), name)
+		require.Zero(t, h.slurm.States(), name)
+	}
+}
+
+func TestListPaceAfter(t *testing.T) {
+	t.Parallel()
+	pace := ListPace{Factor: 10, Min: time.Second, Max: time.Minute}
+	require.Equal(t, 20*time.Second, pace.after(2*time.Second))
+	require.Equal(t, time.Minute, pace.after(30*time.Second), "bounded by Max")
+	require.Equal(t, time.Second, pace.after(time.Millisecond), "bounded by Min")
+	require.Equal(t, 10*time.Millisecond, ListPace{}.after(time.Millisecond), "the default factor")
+	require.Equal(t, DefaultListPace.Max, ListPace{}.after(time.Hour), "the default Max")
+}
