@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,16 +21,21 @@ import (
 
 // P1Result is the prolog hook's wall time with the session already ready.
 type P1Result struct {
-	Exec       Stats // the real binary, fork/exec to exit (what slurmctld waits for)
+	Exec       Stats // juice-slurm-hook prolog, fork/exec to exit: what hooks/juice-prolog.sh execs
+	Script     Stats // hooks/juice-prolog.sh execing juice-slurm-hook: what slurmctld itself waits for
+	Old        Stats // juice-slurm hook prolog: the path before issue 14 (and of a config naming only juice-slurm)
+	Empty      Stats // a Go program that does nothing: the floor of any hook written in Go, on this machine now
 	HTTPWarm   Stats // the same call in process, on a kept-alive connection
 	HTTPCold   Stats // the same call in process, a new TCP connection each time (as the binary makes)
 	Runs       int
 	StateDirFS string
 }
 
-// P1 builds cmd/juice-slurm (the binary slurmctld's prolog execs), registers runs runs whose sessions a real
-// controller makes ready, then execs `juice-slurm hook prolog` once per run with the environment slurmctld and
-// hooks/juice-config.sh give it, and times each to its exit.
+// P1 builds cmd/juice-slurm-hook (the binary slurmctld's prolog execs) and, to compare, cmd/juice-slurm and a Go
+// program that does nothing; registers runs runs whose sessions a real controller makes ready; then, for each
+// run, execs each of them (and hooks/juice-prolog.sh) once, in an order that turns from run to run so that a
+// burst of load on the machine falls on all of them alike, with the environment slurmctld and
+// hooks/juice-config.sh give the hook, and times each to its exit.
 func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (P1Result, error) {
 	res := P1Result{Runs: runs}
 	w, err := NewWorld(ctx, WorldConfig{GPUs: runs + 8})
@@ -37,11 +43,26 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 		return res, err
 	}
 	defer w.Close()
-	bin := filepath.Join(w.Dir, "juice-slurm")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/juice-slurm")
-	build.Dir = repo
+	hookBin, oldBin, emptyBin := filepath.Join(w.Dir, "juice-slurm-hook"), filepath.Join(w.Dir, "juice-slurm"), filepath.Join(w.Dir, "empty")
+	// Built as make build builds them.
+	for bin, pkg := range map[string]string{hookBin: "./cmd/juice-slurm-hook", oldBin: "./cmd/juice-slurm"} {
+		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, pkg)
+		build.Dir = repo
+		if out, err := build.CombinedOutput(); err != nil {
+			return res, fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	emptyDir := filepath.Join(w.Dir, "emptysrc")
+	if err := os.Mkdir(emptyDir, 0o700); err != nil {
+		return res, err
+	}
+	if err := os.WriteFile(filepath.Join(emptyDir, "main.go"), []byte("package main\n\nfunc main() {}\n"), 0o600); err != nil {
+		return res, err
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", emptyBin, "main.go")
+	build.Dir, build.Env = emptyDir, append(os.Environ(), "GO111MODULE=off")
 	if out, err := build.CombinedOutput(); err != nil {
-		return res, fmt.Errorf("go build ./cmd/juice-slurm: %v\n%s", err, out)
+		return res, fmt.Errorf("go build of an empty program: %v\n%s", err, out)
 	}
 	secretFile, err := w.SecretFile()
 	if err != nil {
@@ -72,34 +93,69 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 	if _, err := watch.WaitFor(runs, 60*time.Second); err != nil {
 		return res, err
 	}
-	logf("P1: %d sessions ready; exec'ing the prolog hook %d times", runs, runs)
+	logf("P1: %d sessions ready; exec'ing the prolog hook %d times on each path", runs, runs)
 
-	base := append(os.Environ(),
-		"SLURM_CLUSTER_NAME="+Cluster, "SLURM_JOB_RESTART_COUNT=0", "SLURM_JOB_USER=alice", "SLURM_JOB_PARTITION=debug",
-		"SPANK_JUICE_REQUEST="+Request, "JUICE_HOOK_URL="+rc.URL, "JUICE_HOOK_CA="+rc.CA, "JUICE_HOOK_SECRET="+secretFile,
-		"JUICE_STATE_DIR="+stateDir)
-	var execTimes []time.Duration
-	// One unmeasured run first, so the binary is in the page cache as it is on a busy slurmctld host.
+	// hooks/juice-config.sh as an installation has it, naming this world's controller and files.
+	configSh := filepath.Join(w.Dir, "juice-config.sh")
+	if err := os.WriteFile(configSh, []byte(fmt.Sprintf(`JUICE_HOOK_BIN=%s
+JUICE_SLURM_BIN=%s
+JUICE_HOOK_URL=%s
+JUICE_HOOK_CA=%s
+JUICE_HOOK_SECRET=%s
+JUICE_STATE_DIR=%s
+JUICE_PROLOG_WAIT=240s
+JUICE_EPILOG_WAIT=15s
+export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_SECRET JUICE_STATE_DIR JUICE_PROLOG_WAIT JUICE_EPILOG_WAIT
+`, hookBin, oldBin, rc.URL, rc.CA, secretFile, stateDir)), 0o644); err != nil {
+		return res, err
+	}
+	// slurmctld's environment (no PATH: it gives none), and the settings the config would export.
+	slurmctld := []string{"SLURM_CLUSTER_NAME=" + Cluster, "SLURM_JOB_RESTART_COUNT=0", "SLURM_JOB_USER=alice",
+		"SLURM_JOB_PARTITION=debug", "SPANK_JUICE_REQUEST=" + Request, "JUICE_CONFIG="}
+	direct := append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_HOOK_URL="+rc.URL, "JUICE_HOOK_CA="+rc.CA,
+		"JUICE_HOOK_SECRET="+secretFile, "JUICE_STATE_DIR="+stateDir)
+	paths := []struct {
+		out   *Stats
+		argv  []string
+		env   []string
+		check bool // a prolog: it must have written the session file
+	}{
+		{&res.Exec, []string{hookBin, "prolog"}, direct, true},
+		{&res.Old, []string{oldBin, "hook", "prolog"}, direct, true},
+		{&res.Script, []string{"/bin/sh", filepath.Join(repo, "hooks", "juice-prolog.sh")}, append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_CONFIG_SH="+configSh), true},
+		{&res.Empty, []string{emptyBin}, nil, false},
+	}
+	times := make([][]time.Duration, len(paths))
+	// One unmeasured round first, so that every binary is in the page cache as it is on a busy slurmctld host.
 	for i := 0; i <= runs; i++ {
 		job := first + i%runs
-		cmd := exec.CommandContext(ctx, bin, "hook", "prolog")
-		cmd.Env = append(base[:len(base):len(base)], "SLURM_JOB_ID="+strconv.Itoa(job))
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		start := time.Now()
-		err := cmd.Run()
-		d := time.Since(start)
-		if err != nil {
-			return res, fmt.Errorf("prolog of job %d: %v: %s", job, err, stderr.String())
-		}
-		if _, err := os.Stat(filepath.Join(stateDir, fmt.Sprintf("%d.0.session", job))); err != nil {
-			return res, fmt.Errorf("prolog of job %d exited 0 but wrote no session file: %v", job, err)
-		}
-		if i > 0 {
-			execTimes = append(execTimes, d)
+		for k := range paths {
+			p := paths[(i+k)%len(paths)]
+			session := filepath.Join(stateDir, fmt.Sprintf("%d.0.session", job))
+			if err := os.Remove(session); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return res, err
+			}
+			cmd := exec.CommandContext(ctx, p.argv[0], p.argv[1:]...)
+			cmd.Env = append(p.env[:len(p.env):len(p.env)], "SLURM_JOB_ID="+strconv.Itoa(job))
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			start := time.Now()
+			err := cmd.Run()
+			d := time.Since(start)
+			if err != nil {
+				return res, fmt.Errorf("%s for job %d: %v: %s", p.argv, job, err, stderr.String())
+			}
+			if _, err := os.Stat(session); p.check && err != nil {
+				return res, fmt.Errorf("%s for job %d exited 0 but wrote no session file: %v", p.argv, job, err)
+			}
+			if i > 0 {
+				times[(i+k)%len(paths)] = append(times[(i+k)%len(paths)], d)
+			}
 		}
 	}
-	res.Exec = Summarise(execTimes)
+	for k, p := range paths {
+		*p.out = Summarise(times[k])
+	}
 
 	// The same call without the process: what the hook API itself costs.
 	call := func(hc *http.Client, job int) (time.Duration, error) {

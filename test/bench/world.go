@@ -194,6 +194,12 @@ func (w *World) StartController(cfg controller.Config) (*Running, error) {
 	if cfg.Lookahead == (reconcile.Lookahead{}) {
 		cfg.Lookahead = reconcile.DefaultLookahead
 	}
+	// No /metrics listener: the benchmarks read the registry, and the default address (127.0.0.1:8171) belongs to
+	// the end-to-end tests' controller and to any other benchmark running at the time, whose Run then failed at
+	// start and left the caller waiting for reservations that never came.
+	if cfg.MetricsListen == "" {
+		cfg.MetricsListen = "none"
+	}
 	// A metrics registry without the store: its by-state collector runs a query per scrape, and the benchmarks
 	// scrape only counters.
 	m := controller.NewMetrics(nil)
@@ -215,7 +221,9 @@ func (w *World) StartController(cfg controller.Config) (*Running, error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = c.Run(ctx)
+		if err := c.Run(ctx); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "bench: the controller stopped: %v\n", err)
+		}
 	}()
 	var once sync.Once
 	return &Running{C: c, Metrics: m, URL: "https://" + ln.Addr().String(), CA: certFile, TLS: clientTLS,
