@@ -46,7 +46,7 @@ SUBST := sed -e 's\#/usr/local/lib/juice-slurm\#$(LIBDIR)\#g' -e 's\#/usr/share/
 install: build
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(DATADIR)/examples $(DESTDIR)$(DATADIR)/monitoring \
 		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/juice-slurm
-	install -m 0755 $(BIN)/juice-slurm $(BIN)/juice-sim $(DESTDIR)$(LIBDIR)/
+	install -m 0755 $(BIN)/juice-slurm $(BIN)/juice-slurm-hook $(BIN)/juice-sim $(DESTDIR)$(LIBDIR)/
 	install -m 0755 spank/build/spank_juice.so $(DESTDIR)$(LIBDIR)/
 	install -m 0755 hooks/juice-prolog.sh hooks/juice-epilog.sh deploy/juice-slurm-token-renew $(DESTDIR)$(LIBDIR)/
 	$(SUBST) hooks/slurmctld-parts.sh >$(DESTDIR)$(LIBDIR)/slurmctld-parts.sh && chmod 0755 $(DESTDIR)$(LIBDIR)/slurmctld-parts.sh

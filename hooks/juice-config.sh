@@ -1,8 +1,11 @@
 # juice-slurm hook settings, read by juice-prolog.sh and juice-epilog.sh on the slurmctld host.
 # Install as /etc/juice-slurm/juice-config.sh (root-owned, mode 0644: it holds paths, not secrets).
-# Each JUICE_* variable below is also read by `juice-slurm hook` itself (its flags, upper-cased).
+# Each JUICE_* variable below but the two binaries is also read by the hook itself (its flags, upper-cased).
 
-# The juice-slurm binary (absolute: slurmctld runs the hooks with no PATH).
+# The hook binary the prolog and epilog exec (absolute: slurmctld runs the hooks with no PATH).
+JUICE_HOOK_BIN=/usr/local/lib/juice-slurm/juice-slurm-hook
+# The juice-slurm binary: the hooks run `juice-slurm hook prolog|epilog` (the same code, slower to start) only
+# when JUICE_HOOK_BIN is not executable. (A config without JUICE_HOOK_BIN uses juice-slurm-hook beside it.)
 JUICE_SLURM_BIN=/usr/local/lib/juice-slurm/juice-slurm
 # The controller's hook API (any replica), or a comma-separated list of replicas tried in turn: one that is
 # down or not ready (502/503/504) is passed over, a refusal (4xx) is final. https:// only.

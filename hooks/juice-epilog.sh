@@ -5,5 +5,8 @@
 CONFIG=${JUICE_CONFIG_SH:-/etc/juice-slurm/juice-config.sh}
 [ -r "$CONFIG" ] && (. "$CONFIG") >/dev/null 2>&1 || exit 0
 . "$CONFIG"
+# As the prolog: the small hook binary, else (an older config) the one beside JUICE_SLURM_BIN, else juice-slurm.
+[ -n "${JUICE_HOOK_BIN:-}" ] || [ -z "${JUICE_SLURM_BIN:-}" ] || JUICE_HOOK_BIN=${JUICE_SLURM_BIN%/*}/juice-slurm-hook
+[ -x "${JUICE_HOOK_BIN:-}" ] && exec "$JUICE_HOOK_BIN" epilog
 [ -x "${JUICE_SLURM_BIN:-}" ] || exit 0
 exec "$JUICE_SLURM_BIN" hook epilog

@@ -474,7 +474,8 @@ cmd_status() {
 # and the slurmctld prolog/epilog hooks. Built artefacts come from the repository (make build).
 cmd_wire() {
 	[ -s "$ART_PLUGIN" ] || die "$ART_PLUGIN is missing: run make build"
-	[ -x "$ART_BIN/juice-slurm" ] || die "$ART_BIN/juice-slurm is missing: run make build"
+	[ -x "$ART_BIN/juice-slurm" ] && [ -x "$ART_BIN/juice-slurm-hook" ] ||
+		die "$ART_BIN lacks juice-slurm or juice-slurm-hook: run make build"
 	install -d -m 0755 $JUICE_PREFIX $JUICE_ETC
 	install -d -o $SLURM_USER -g $SLURM_USER -m 0700 $JUICE_SESSIONS
 	touch "$LOG/juice-hooks.log" && chown $SLURM_USER:$SLURM_USER "$LOG/juice-hooks.log" && chmod 0600 "$LOG/juice-hooks.log"
@@ -485,6 +486,8 @@ cmd_wire() {
 		mv $JUICE_PREFIX/.spank_juice.so.new $JUICE_PREFIX/spank_juice.so
 		install -m 0755 "$ART_BIN/juice-slurm" $JUICE_PREFIX/.juice-slurm.new
 		mv $JUICE_PREFIX/.juice-slurm.new $JUICE_PREFIX/juice-slurm
+		install -m 0755 "$ART_BIN/juice-slurm-hook" $JUICE_PREFIX/.juice-slurm-hook.new
+		mv $JUICE_PREFIX/.juice-slurm-hook.new $JUICE_PREFIX/juice-slurm-hook
 		install -m 0755 "$ART_HOOKS/juice-prolog.sh" "$ART_HOOKS/juice-epilog.sh" "$ART_HOOKS/slurmctld-parts.sh" $JUICE_PREFIX/
 	fi
 	# PrologSlurmctld and EpilogSlurmctld run through the dispatcher, as at a site that keeps its own beside ours:
@@ -502,6 +505,7 @@ cmd_wire() {
 	sh "$REPO/deploy/make-hook-cert.sh" $JUICE_ETC root >&2
 	chown $SLURM_USER:$SLURM_USER $JUICE_ETC/hook.secret && chmod 0600 $JUICE_ETC/hook.secret
 	sed -e "s#^JUICE_SLURM_BIN=.*#JUICE_SLURM_BIN=$JUICE_PREFIX/juice-slurm#" \
+		-e "s#^JUICE_HOOK_BIN=.*#JUICE_HOOK_BIN=$JUICE_PREFIX/juice-slurm-hook#" \
 		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=https://127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}#" \
 		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$LOG/juice-hooks.log#" \
 		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \

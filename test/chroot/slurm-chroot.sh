@@ -533,12 +533,28 @@ juice_slurm_bin() {
 		echo "$JUICE_CHROOT_JUICE_SLURM"
 		return
 	fi
+	static_build juice-slurm
+}
+
+# The hook binary the chroot's prolog and epilog exec: the juice-slurm-hook beside $JUICE_CHROOT_JUICE_SLURM when
+# there is one, or a static build of this work tree.
+juice_slurm_hook_bin() {
+	local beside=${JUICE_CHROOT_JUICE_SLURM%/*}/juice-slurm-hook
+	if [ -n "${JUICE_CHROOT_JUICE_SLURM:-}" ] && [ -x "$beside" ]; then
+		echo "$beside"
+		return
+	fi
+	static_build juice-slurm-hook
+}
+
+# static_build CMD: a static (CGO_ENABLED=0) build of ./cmd/CMD into $RUNDIR/bin; prints its path.
+static_build() {
 	local go out=$RUNDIR/bin
-	go=$(go_bin) || die "no go toolchain to build juice-slurm (or set JUICE_CHROOT_JUICE_SLURM)"
+	go=$(go_bin) || die "no go toolchain to build $1 (or set JUICE_CHROOT_JUICE_SLURM)"
 	mkdir -p "$out"
-	log "building a static juice-slurm (CGO_ENABLED=0) into $out"
-	(cd "$REPO" && CGO_ENABLED=0 "$go" build -o "$out/juice-slurm" ./cmd/juice-slurm) >&2 || die "go build failed"
-	echo "$out/juice-slurm"
+	log "building a static $1 (CGO_ENABLED=0) into $out"
+	(cd "$REPO" && CGO_ENABLED=0 "$go" build -o "$out/$1" "./cmd/$1") >&2 || die "go build failed"
+	echo "$out/$1"
 }
 
 # install_atomic SRC DST MODE: copy to a temporary name next to DST, then rename (a loaded .so must never be
@@ -560,8 +576,9 @@ secret() {
 
 wire() {
 	daemon_running slurmctld || die "the $SUITE test bed is not up: run '$0 up $SUITE' first"
-	local t0=$SECONDS bin
+	local t0=$SECONDS bin hookbin
 	bin=$(juice_slurm_bin)
+	hookbin=$(juice_slurm_hook_bin)
 	# 1. The SPANK plugin, built inside the chroot against this release's spank.h from a copy of spank/.
 	log "building the SPANK plugin inside the chroot"
 	rm -rf "${ROOT:?}$SPANK_SRC"
@@ -572,6 +589,7 @@ wire() {
 	install_atomic "$ROOT$SPANK_SRC/build/spank_juice.so" "$ROOT$JUICE_LIB/spank_juice.so" 0755
 	# 2. The binary and the hooks.
 	install_atomic "$bin" "$ROOT$JUICE_LIB/juice-slurm" 0755
+	install_atomic "$hookbin" "$ROOT$JUICE_LIB/juice-slurm-hook" 0755
 	install_atomic "$REPO/hooks/juice-prolog.sh" "$ROOT$JUICE_LIB/juice-prolog.sh" 0755
 	install_atomic "$REPO/hooks/juice-epilog.sh" "$ROOT$JUICE_LIB/juice-epilog.sh" 0755
 	install_atomic "$REPO/hooks/slurmctld-parts.sh" "$ROOT$JUICE_LIB/slurmctld-parts.sh" 0755
@@ -597,6 +615,7 @@ wire() {
 	in_root chown slurm:slurm $JUICE_LOGDIR/hooks.log
 	chmod 0600 "$ROOT$JUICE_LOGDIR/hooks.log"
 	sed -e "s#^JUICE_SLURM_BIN=.*#JUICE_SLURM_BIN=$JUICE_LIB/juice-slurm#" \
+		-e "s#^JUICE_HOOK_BIN=.*#JUICE_HOOK_BIN=$JUICE_LIB/juice-slurm-hook#" \
 		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=https://127.0.0.1:$HOOK_PORT#" \
 		-e "s#^JUICE_HOOK_SECRET=.*#JUICE_HOOK_SECRET=$JUICE_ETC/hook.secret#" \
 		-e "s#^JUICE_STATE_DIR=.*#JUICE_STATE_DIR=$JUICE_SESSIONS#" \

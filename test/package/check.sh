@@ -12,6 +12,7 @@ fail() { echo "test-package: FAIL: $*" >&2; exit 1; }
 want=(
 	/usr/bin/juice-slurm
 	/usr/lib/juice-slurm/juice-slurm
+	/usr/lib/juice-slurm/juice-slurm-hook
 	/usr/lib/juice-slurm/juice-sim
 	/usr/lib/juice-slurm/spank_juice.so
 	/usr/lib/juice-slurm/juice-prolog.sh
@@ -60,6 +61,11 @@ grep -q "^ExecStart=/usr/lib/juice-slurm/juice-slurm controller" "$x/usr/lib/sys
 	fail "the packaged unit does not run /usr/lib/juice-slurm/juice-slurm"
 grep -q "^JUICE_SLURM_BIN=/usr/lib/juice-slurm/juice-slurm$" "$x/usr/share/juice-slurm/examples/juice-config.sh" ||
 	fail "the packaged juice-config.sh does not name /usr/lib/juice-slurm/juice-slurm"
+grep -q "^JUICE_HOOK_BIN=/usr/lib/juice-slurm/juice-slurm-hook$" "$x/usr/share/juice-slurm/examples/juice-config.sh" ||
+	fail "the packaged juice-config.sh does not name /usr/lib/juice-slurm/juice-slurm-hook"
+# The hook binary runs (a plain job's prolog passes without a call).
+env -i SLURM_JOB_ID=1 SLURM_CLUSTER_NAME=c JUICE_CONFIG= "$x/usr/lib/juice-slurm/juice-slurm-hook" prolog ||
+	fail "the packaged juice-slurm-hook failed a plain job's prolog"
 grep -qF "\"juice-slurm $version\"" <<<"$(zcat "$x/usr/share/man/man8/juice-slurm.8.gz")" || fail "the man page does not carry $version"
 warn=$(zcat "$x/usr/share/man/man8/juice-slurm.8.gz" | groff -man -ww -z 2>&1) && [ -z "$warn" ] || fail "the man page: $warn"
 echo "test-package: the packaged binary, plugin, unit, hooks' settings and man page carry version $version and /usr paths"

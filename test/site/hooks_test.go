@@ -69,19 +69,35 @@ func TestHooksPassPlainJobsWhenMisconfigured(t *testing.T) {
 	}
 }
 
-// The hooks exec the binary named in the config with "hook prolog|epilog", and pass on its status.
+// The hooks exec the hook binary named in the config (JUICE_HOOK_BIN) with "prolog|epilog"; a config older than
+// it (JUICE_SLURM_BIN only) gets the juice-slurm-hook beside juice-slurm, or juice-slurm's "hook prolog|epilog"
+// when there is none. Each passes on the binary's status.
 func TestHooksRunTheConfiguredBinary(t *testing.T) {
+	fake := func(path string) {
+		writeFile(t, path, "#!/bin/sh\necho \"$0 called $*\"\nexit 3\n", 0o755)
+	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "juice-slurm")
-	writeFile(t, bin, "#!/bin/sh\necho \"called $*\"\nexit 3\n", 0o755)
-	config := filepath.Join(dir, "juice-config.sh")
-	writeFile(t, config, "JUICE_SLURM_BIN="+bin+"\n", 0o644)
-	out, code := runScript(t, filepath.Join(hooksDir(t), "juice-prolog.sh"), "JUICE_CONFIG_SH="+config)
-	require.Equal(t, 3, code)
-	require.Equal(t, "called hook prolog\n", out)
-	out, code = runScript(t, filepath.Join(hooksDir(t), "juice-epilog.sh"), "JUICE_CONFIG_SH="+config)
-	require.Equal(t, 3, code)
-	require.Equal(t, "called hook epilog\n", out)
+	slurm, hook := filepath.Join(dir, "lib", "juice-slurm"), filepath.Join(dir, "hookdir", "juice-slurm-hook")
+	fake(slurm)
+	fake(hook)
+	for _, tc := range []struct {
+		name, config, want string
+	}{
+		{"JUICE_HOOK_BIN", "JUICE_HOOK_BIN=" + hook + "\nJUICE_SLURM_BIN=" + slurm + "\n", hook + " called "},
+		{"JUICE_HOOK_BIN not executable", "JUICE_HOOK_BIN=" + hook + ".missing\nJUICE_SLURM_BIN=" + slurm + "\n", slurm + " called hook "},
+		{"JUICE_SLURM_BIN only, no hook binary beside it", "JUICE_SLURM_BIN=" + slurm + "\n", slurm + " called hook "},
+		{"JUICE_SLURM_BIN only, the hook binary beside it", "JUICE_SLURM_BIN=" + filepath.Join(dir, "hookdir", "juice-slurm") + "\n", hook + " called "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			config := filepath.Join(t.TempDir(), "juice-config.sh")
+			writeFile(t, config, tc.config, 0o644)
+			for _, which := range []string{"prolog", "epilog"} {
+				out, code := runScript(t, filepath.Join(hooksDir(t), "juice-"+which+".sh"), "JUICE_CONFIG_SH="+config)
+				require.Equal(t, 3, code)
+				require.Equal(t, tc.want+which+"\n", out)
+			}
+		})
+	}
 }
 
 // The dispatcher runs the parts in name order; a prolog stops at the first failure with its status, an epilog
