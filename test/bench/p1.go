@@ -44,10 +44,13 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 	}
 	defer w.Close()
 	hookBin, oldBin, emptyBin := filepath.Join(w.Dir, "juice-slurm-hook"), filepath.Join(w.Dir, "juice-slurm"), filepath.Join(w.Dir, "empty")
-	// Built as make build builds them.
+	// Built as make build builds them: the hook statically.
 	for bin, pkg := range map[string]string{hookBin: "./cmd/juice-slurm-hook", oldBin: "./cmd/juice-slurm"} {
 		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, pkg)
 		build.Dir = repo
+		if bin == hookBin {
+			build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
 		if out, err := build.CombinedOutput(); err != nil {
 			return res, fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
@@ -60,7 +63,7 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 		return res, err
 	}
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", emptyBin, "main.go")
-	build.Dir, build.Env = emptyDir, append(os.Environ(), "GO111MODULE=off")
+	build.Dir, build.Env = emptyDir, append(os.Environ(), "GO111MODULE=off", "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return res, fmt.Errorf("go build of an empty program: %v\n%s", err, out)
 	}

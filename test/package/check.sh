@@ -63,7 +63,11 @@ grep -q "^JUICE_SLURM_BIN=/usr/lib/juice-slurm/juice-slurm$" "$x/usr/share/juice
 	fail "the packaged juice-config.sh does not name /usr/lib/juice-slurm/juice-slurm"
 grep -q "^JUICE_HOOK_BIN=/usr/lib/juice-slurm/juice-slurm-hook$" "$x/usr/share/juice-slurm/examples/juice-config.sh" ||
 	fail "the packaged juice-config.sh does not name /usr/lib/juice-slurm/juice-slurm-hook"
-# The hook binary runs (a plain job's prolog passes without a call).
+# The hook binary is static (no dynamic loader: its start is every prolog's floor) and runs (a plain job's
+# prolog passes without a call).
+if grep -q INTERP <<<"$(readelf -l "$x/usr/lib/juice-slurm/juice-slurm-hook")"; then
+	fail "the packaged juice-slurm-hook is linked dynamically (build it with CGO_ENABLED=0)"
+fi
 env -i SLURM_JOB_ID=1 SLURM_CLUSTER_NAME=c JUICE_CONFIG= "$x/usr/lib/juice-slurm/juice-slurm-hook" prolog ||
 	fail "the packaged juice-slurm-hook failed a plain job's prolog"
 grep -qF "\"juice-slurm $version\"" <<<"$(zcat "$x/usr/share/man/man8/juice-slurm.8.gz")" || fail "the man page does not carry $version"
