@@ -17,7 +17,7 @@ HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
 .PHONY: all build go-build spank install package test-package demo-installed test-failover chaos-failover test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
-	testbed-wire demo bench chaos chaos-short fuzz lint clean \
+	testbed-wire demo bench bench-scale chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy chaos-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
 all: build
@@ -211,6 +211,14 @@ test-juice-legacy-loss:
 
 bench: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/bench.sh'
+
+# Issue 14 item 1: the controller's polling cost with a large queue, on the Slurm 26.05 chroot (its own lock: held for
+# the whole run, which takes about 25 minutes at 100,000 jobs). BENCH_SCALE_SIZES: the queue sizes, growing.
+BENCH_SCALE_SIZES ?= 10000,100000
+bench-scale: build
+	flock -o $(dir $(HOST_LOCK))chroot-sid.lock sh -c 'bash test/chroot/slurm-chroot.sh up sid && \
+		JUICE_TESTBED_ENV=$(dir $(HOST_LOCK))chroot-sid/env $(GO) run ./test/bench/cmd/juice-bench-scale \
+		-sizes $(BENCH_SCALE_SIZES) -out test/results/bench-scale.md'
 
 chaos: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s -out test/results/chaos.md'

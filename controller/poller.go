@@ -32,7 +32,7 @@ type Slurm interface {
 // A listing is what discovers new Juice jobs and feeds the look-ahead, and with update_time it is all or nothing:
 // any change anywhere returns the whole queue (2.5 to 3 s of slurmctld and slurmrestd work with 10,000 queued jobs
 // on 22.05, issue 14). So the next listing comes no sooner than Factor times the wall time the last one took, and
-// no later than Max after it: never skipped for ever.
+// no later than Max after it ended: never skipped for ever.
 type ListPace struct {
 	// Factor: the next listing waits Factor × the last listing's wall time. Default 10: the controller's listings
 	// then keep slurmrestd and slurmctld busy at most 1/(Factor+1), about 9% of the time, however long the queue;
@@ -41,14 +41,16 @@ type ListPace struct {
 	Factor float64
 	// Min is the least time between two listings (default 0: at most one per poll).
 	Min time.Duration
-	// Max is the most time between two listings (default 1 minute): how late a new Juice job may be seen at worst
-	// (the prolog registers a job the poller has not seen; the look-ahead serves jobs that wait much longer in a
-	// queue that long), and how late a hold of a pending job is seen (its state stays PENDING).
+	// Max is the most time between two listings (default 5 minutes): how late a new Juice job may be seen at worst
+	// (the prolog registers a job the poller has not seen, so a late one loses only its session made ahead), and how
+	// late a hold of a pending job is seen (its state stays PENDING). A listing of 2,000 jobs took 2 s of
+	// slurmrestd on 26.05 (test/results/bench-scale.md): with 100,000 queued jobs Factor alone would wait over 15
+	// minutes, and 5 minutes keeps the cost near a quarter of slurmrestd's time.
 	Max time.Duration
 }
 
 // DefaultListPace is the pace of a zero ListPace.
-var DefaultListPace = ListPace{Factor: 10, Min: 0, Max: time.Minute}
+var DefaultListPace = ListPace{Factor: 10, Min: 0, Max: 5 * time.Minute}
 
 // after is how long after a listing that took wall the next one is due.
 func (l ListPace) after(wall time.Duration) time.Duration {
@@ -286,7 +288,9 @@ func (p *Poller) list(ctx context.Context, now time.Time) (unchanged bool, err e
 	if err != nil {
 		return false, fmt.Errorf("poll slurmrestd: %w", err)
 	}
-	p.nextList = now.Add(p.Pace.after(time.Since(start)))
+	// Due after the listing's end: a listing longer than Max must not be followed at once by the next one.
+	wall := time.Since(start)
+	p.nextList = now.Add(wall + p.Pace.after(wall))
 	if list.Unchanged && p.snapshot != nil {
 		return true, nil
 	}

@@ -114,7 +114,7 @@ func TestPollerDiscoversNewJobsAtListingPace(t *testing.T) {
 	require.NoError(t, p.Poll(ctx))
 	_, err := h.store.ForRun(ctx, reconcile.RunID{Cluster: "c1", JobID: 6})
 	require.Error(t, err, "not listed yet")
-	*clock = clock.Add(30 * time.Minute)
+	*clock = clock.Add(31 * time.Minute) // the hour runs from the listing's end
 	require.NoError(t, p.Poll(ctx))
 	require.Equal(t, 2, h.slurm.Lists())
 	require.True(t, h.run(t, 6, 0).Spec.Wanted, "reserved ahead once listed")

@@ -205,6 +205,9 @@ func (a *v0040Adapter) submitJob(ctx context.Context, c *Client, s JobSubmission
 	if m := s.timeLimitMinutes(); m > 0 {
 		desc.TimeLimit = wire.NewNoVal(m)
 	}
+	if !s.Begin.IsZero() {
+		desc.BeginTime = wire.NewNoVal(s.Begin.Unix())
+	}
 	body := wire.V0040JobSubmitReq{Job: desc}
 	if a.minor <= 40 {
 		body.Script = s.Script // deprecated at the top level from v0.0.41

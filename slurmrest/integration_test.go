@@ -369,6 +369,18 @@ func TestIntegration(t *testing.T) {
 		assert.Equal(t, slurmrest.StateCancelled, got[0].State)
 	})
 
+	t.Run("Begin", func(t *testing.T) {
+		begin := time.Now().Add(7 * 24 * time.Hour).Truncate(time.Second)
+		id := s.submit(t, slurmrest.JobSubmission{Script: "#!/bin/sh\ntrue\n", Begin: begin})
+		j, err := c.GetJob(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, slurmrest.StatePending, j.State)
+		assert.Equal(t, "BeginTime", j.StateReason)
+		if !j.EligibleTime.IsZero() { // v0.0.36 does not say
+			assert.Equal(t, begin.Unix(), j.EligibleTime.Unix())
+		}
+	})
+
 	t.Run("NotFound", func(t *testing.T) {
 		_, err := c.GetJob(ctx, 999999999)
 		require.Error(t, err)

@@ -257,6 +257,8 @@ type JobSubmission struct {
 	Hold   bool
 	// TimeLimit is rounded up to whole minutes; 0 means the partition's default.
 	TimeLimit time.Duration
+	// Begin is the earliest start (sbatch --begin); zero: at once.
+	Begin time.Time
 }
 
 func (s *JobSubmission) env() []string {

@@ -347,6 +347,8 @@ MailProg=/bin/true
 SchedulerParameters=sched_interval=2
 ReturnToService=2
 MinJobAge=300
+# make bench-scale queues 100,000 jobs (the default is 10,000); a larger limit only sizes slurmctld's job tables.
+MaxJobCount=200000
 KillWait=5
 # One license the demo uses to keep a job pending (eligible, waiting for Licenses) for as long as it likes.
 Licenses=juice_demo:1

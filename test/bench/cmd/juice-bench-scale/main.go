@@ -1,0 +1,598 @@
+// Command juice-bench-scale measures what the controller's polling costs slurmctld with a large queue (issue 14
+// item 1), on a real cluster (make bench-scale: the Slurm 26.05 chroot), side by side in one run:
+//
+//   - baseline: the queue and its churn (one job changed every second, a new Juice job every few seconds), no
+//     controller;
+//   - full listings: a controller.Poller as before issue 14 (FullListings: one conditional listing per poll);
+//   - tracking: the Poller as it is (known runs by their states between listings paced by ListPace);
+//   - baseline again, to show the machine did not drift.
+//
+// For each phase: slurmctld's and slurmrestd's CPU seconds per minute (utime+stime of their processes over the
+// phase's minute), the poller's requests, and the look-ahead's freshness: the time from a Juice job's submission to
+// its reservation's creation. The queue is grown to each size in turn: the held plain jobs and the Juice jobs (1% of
+// the queue), each pending with a begin time a week ahead so nothing runs; the poller's look-ahead window (8 days)
+// reserves every Juice job, so each new one measures freshness. The poller runs alone (no reconciler): reservations
+// stay pending, which changes nothing Slurm sees. Nothing is asserted on time; the figures are written to -out.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/juice-slurm/juice-slurm/controller"
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
+)
+
+const (
+	juiceReq   = "juice:v1:pool=test,gpus=1"
+	plainName  = "bench-scale"
+	juiceName  = "bench-scale-juice"
+	juiceShare = 100 // one job in juiceShare is a Juice job
+)
+
+type config struct {
+	sizes      []int
+	phase      time.Duration
+	poll       time.Duration
+	newEvery   time.Duration
+	tail       time.Duration
+	purgeWait  time.Duration
+	out        string
+	submitters int
+}
+
+func main() {
+	var cfg config
+	sizes := flag.String("sizes", "10000,100000", "queue sizes, in growing order (1% Juice jobs)")
+	flag.DurationVar(&cfg.phase, "phase", time.Minute, "the measured time of each phase")
+	flag.DurationVar(&cfg.poll, "poll", 2*time.Second, "the poller's interval (the controller's default)")
+	flag.DurationVar(&cfg.newEvery, "new-every", 3*time.Second, "a new Juice job is submitted this often during a phase")
+	flag.DurationVar(&cfg.tail, "tail", controller.DefaultListPace.Max+3*time.Minute, "after a phase, how long the poller may take to reserve its last new jobs")
+	flag.DurationVar(&cfg.purgeWait, "purge-wait", 8*time.Minute, "at the end, wait this long at most for slurmctld to purge the cancelled jobs (MinJobAge); 0 does not wait")
+	flag.StringVar(&cfg.out, "out", "", "write the Markdown results here")
+	flag.IntVar(&cfg.submitters, "submitters", 8, "concurrent submissions")
+	flag.Parse()
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < juiceShare {
+			fail(fmt.Errorf("-sizes: %q is not a queue size of at least %d", s, juiceShare))
+		}
+		cfg.sizes = append(cfg.sizes, n)
+	}
+	env, err := testbed.Load(testbed.EnvFile())
+	if err != nil {
+		fail(err)
+	}
+	if err := run(context.Background(), cfg, env); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "juice-bench-scale:", err)
+	os.Exit(1)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[bench-scale %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+type bench struct {
+	cfg    config
+	env    testbed.Env
+	c      *slurmrest.Client
+	plain  []uint32 // held plain jobs, in submission order
+	juice  []uint32
+	mu     sync.Mutex
+	all    []uint32 // every job submitted, for the clean-up
+	begin  time.Time
+	ctld   string // pid files
+	restd  string
+	clkTck float64
+}
+
+func run(ctx context.Context, cfg config, env testbed.Env) error {
+	c, err := slurmrest.New(slurmrest.Config{BaseURL: env.SlurmrestdURL(), UserName: env.SlurmUser(),
+		TokenSource: slurmrest.FileToken(env.TokenFile()), RequestTimeout: 10 * time.Minute})
+	if err != nil {
+		return err
+	}
+	if err := c.Ping(ctx); err != nil {
+		return fmt.Errorf("slurmrestd %s: %w", env.SlurmrestdURL(), err)
+	}
+	if can, err := c.CanTrackStates(ctx); err != nil || !can {
+		return fmt.Errorf("slurmrestd %s (API %s) has no jobs/state: run this on Slurm 24.11 or 26.05 (err %v)", env.SlurmrestdURL(), c.Version(), err)
+	}
+	b := &bench{cfg: cfg, env: env, c: c, begin: time.Now().Add(7 * 24 * time.Hour),
+		ctld: filepath.Join(env.RunDir(), "slurmctld.pid"), restd: filepath.Join(env.RunDir(), "slurmrestd.pid"), clkTck: clkTck()}
+	if err := b.checkMaxJobCount(ctx, cfg.sizes[len(cfg.sizes)-1]); err != nil {
+		return err
+	}
+	defer b.cleanUp()
+	var md strings.Builder
+	fmt.Fprintf(&md, "# Polling cost with a large queue (issue 14 item 1)\n\n`make bench-scale` (test/bench/cmd/juice-bench-scale) "+
+		"on %s, %s UTC: Slurm %s (API %s), 2 compute nodes, the whole machine 2 cores shared with the test bed's other users. "+
+		"Nothing is asserted on time.\n\n", host(), time.Now().UTC().Format("2006-01-02 15:04"), c.SlurmRelease(), c.Version())
+	fmt.Fprintf(&md, "The queue: held plain jobs and pending Juice jobs (1%% of it, `admin_comment` %s, a begin time a week ahead, "+
+		"so nothing runs). Each phase lasts %s, during which one held job's comment changes every second (a site where something "+
+		"changes every second) and a new Juice job is submitted every %s. A phase's controller is a real `controller.Poller` "+
+		"polling every %s (the controller's default) over a database of its own, without a reconciler (reservations stay "+
+		"pending); its look-ahead window (8 days) reserves every Juice job, so each new one measures freshness. *full listings* is "+
+		"the design before issue 14 (`FullListings`: one conditional `GET jobs?update_time` per poll); *tracking* is the poller "+
+		"now: the open reservations' jobs by `GET jobs/state/` between listings paced by `ListPace` (default: the next listing no "+
+		"sooner than 10 × the last one's wall time, no later than %s after it). CPU is utime+stime of the daemon's process over "+
+		"the phase, per minute; *caused* is the phase's CPU minus the mean of the two baselines'. The listing's work is mostly slurmrestd's (it turns slurmctld's reply into JSON), so both daemons are shown. Freshness: from a new "+
+		"Juice job's submission to its reservation's creation (the first poll that saw it).\n\n",
+		"`"+juiceReq+"`", cfg.phase, cfg.newEvery, cfg.poll, controller.DefaultListPace.Max)
+	for _, size := range cfg.sizes {
+		if err := b.grow(ctx, size); err != nil {
+			return err
+		}
+		res, err := b.measure(ctx, size)
+		if err != nil {
+			return err
+		}
+		res.write(&md)
+		if cfg.out != "" { // each size as soon as it is measured: a later failure keeps it
+			if err := os.WriteFile(cfg.out, []byte(md.String()), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Print(md.String())
+	return nil
+}
+
+// checkMaxJobCount fails when slurmctld cannot hold the queue (slurm.conf MaxJobCount; the 26.05 chroot's is 200,000).
+func (b *bench) checkMaxJobCount(ctx context.Context, size int) error {
+	out, err := exec.CommandContext(ctx, b.env.Scontrol(), "show", "config").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("scontrol show config: %w: %s", err, out)
+	}
+	m := regexp.MustCompile(`(?m)^MaxJobCount\s*=\s*(\d+)`).FindSubmatch(out)
+	if m == nil {
+		return errors.New("scontrol show config: no MaxJobCount")
+	}
+	max, _ := strconv.Atoi(string(m[1]))
+	if need := size + size/10 + 1000; max < need {
+		return fmt.Errorf("slurmctld's MaxJobCount is %d, the bench needs %d: test/chroot/slurm-chroot.sh up sid sets 200000", max, need)
+	}
+	return nil
+}
+
+// grow submits jobs until the queue holds size of them, 1% Juice jobs.
+func (b *bench) grow(ctx context.Context, size int) error {
+	have := len(b.plain) + len(b.juice)
+	if have >= size {
+		return nil
+	}
+	logf("growing the queue from %d to %d jobs", have, size)
+	start := time.Now()
+	var next atomic.Int64
+	next.Store(int64(have))
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for w := 0; w < b.cfg.submitters; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(size) || firstErr.Load() != nil {
+					return
+				}
+				isJuice := i%juiceShare == 0
+				id, err := b.submit(ctx, isJuice)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				b.mu.Lock()
+				if isJuice {
+					b.juice = append(b.juice, id)
+				} else {
+					b.plain = append(b.plain, id)
+				}
+				if n := len(b.plain) + len(b.juice); n%10000 == 0 {
+					logf("%d jobs queued (%s)", n, time.Since(start).Round(time.Second))
+				}
+				b.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return fmt.Errorf("submit (%d queued): %w", len(b.plain)+len(b.juice), err)
+	}
+	logf("queue of %d jobs (%d Juice) in %s", len(b.plain)+len(b.juice), len(b.juice), time.Since(start).Round(time.Second))
+	return nil
+}
+
+func (b *bench) submit(ctx context.Context, isJuice bool) (uint32, error) {
+	s := slurmrest.JobSubmission{Script: "#!/bin/sh\ntrue\n", Name: plainName, Partition: b.env.Partition(), Hold: true}
+	if isJuice {
+		s = slurmrest.JobSubmission{Script: "#!/bin/sh\ntrue\n", Name: juiceName, Partition: b.env.Partition(),
+			AdminComment: juiceReq, Comment: juiceReq, Begin: b.begin}
+	}
+	id, err := b.c.SubmitJob(ctx, s)
+	if err == nil {
+		b.mu.Lock()
+		b.all = append(b.all, id)
+		b.mu.Unlock()
+	}
+	return id, err
+}
+
+// ---- phases -----------------------------------------------------------------------------------------
+
+type phase struct {
+	name          string
+	design        string // "", "full", "tracking"
+	ctld, restd   float64
+	polls, errs   int64
+	lists, states int64
+	gets          int64
+	listWall      time.Duration // summed
+	firstPoll     time.Duration
+	reservedFirst int
+	fresh         []time.Duration
+	unseen        int
+	newJobs       int
+}
+
+type result struct {
+	size, juice int
+	phases      []*phase
+}
+
+func (b *bench) measure(ctx context.Context, size int) (*result, error) {
+	res := &result{size: len(b.plain) + len(b.juice), juice: len(b.juice)}
+	for _, ph := range []*phase{{name: "baseline (no controller)"}, {name: "full listings (before)", design: "full"},
+		{name: "tracking (now)", design: "tracking"}, {name: "baseline again", design: ""}} {
+		logf("size %d: phase %s", size, ph.name)
+		if err := b.runPhase(ctx, ph); err != nil {
+			return nil, fmt.Errorf("size %d, phase %s: %w", size, ph.name, err)
+		}
+		logf("size %d: %s: slurmctld %.2f s/min, slurmrestd %.2f s/min, %d polls, %d listings, %d job-state calls, %d GETs",
+			size, ph.name, ph.ctld, ph.restd, ph.polls, ph.lists, ph.states, ph.gets)
+		res.phases = append(res.phases, ph)
+	}
+	return res, nil
+}
+
+// counting counts the poller's requests and the wall time of its listings.
+type counting struct {
+	controller.Slurm
+	lists, states, gets atomic.Int64
+	listWall            atomic.Int64
+}
+
+func (c *counting) ListJobs(ctx context.Context, since time.Time) (slurmrest.JobList, error) {
+	c.lists.Add(1)
+	t := time.Now()
+	l, err := c.Slurm.ListJobs(ctx, since)
+	c.listWall.Add(int64(time.Since(t)))
+	return l, err
+}
+
+func (c *counting) GetJob(ctx context.Context, id uint32) (*slurmrest.Job, error) {
+	c.gets.Add(1)
+	return c.Slurm.GetJob(ctx, id)
+}
+
+func (c *counting) JobStates(ctx context.Context, ids []uint32) ([]slurmrest.JobStatus, error) {
+	c.states.Add((int64(len(ids)) + slurmrest.StatesBatch - 1) / slurmrest.StatesBatch)
+	return c.Slurm.JobStates(ctx, ids)
+}
+
+func (b *bench) runPhase(ctx context.Context, ph *phase) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		p        *controller.Poller
+		cs       *counting
+		st       *store.Store
+		mu       sync.Mutex
+		reserved = map[uuid.UUID]time.Time{}
+		pollDone = make(chan struct{})
+	)
+	if ph.design != "" {
+		url, drop, err := testbed.CreateDatabase(ctx, b.env)
+		if err != nil {
+			return err
+		}
+		defer drop()
+		pool, err := pgxpool.New(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		st = store.New(pool, b.env.Cluster())
+		if err := st.Migrate(ctx); err != nil {
+			return err
+		}
+		cs = &counting{Slurm: b.c}
+		p = &controller.Poller{Slurm: cs, Store: st, Cluster: b.env.Cluster(), FullListings: ph.design == "full",
+			Lookahead: reconcile.Lookahead{PerPool: 4, PerUser: 2, PerAccount: 3, Window: 8 * 24 * time.Hour},
+			Log: logr.Discard(),
+			Enqueue: func(id uuid.UUID) {
+				mu.Lock()
+				if _, ok := reserved[id]; !ok {
+					reserved[id] = time.Now()
+				}
+				mu.Unlock()
+			}}
+		// The first poll lists the queue and reserves every Juice job in it: before the measured minute.
+		t := time.Now()
+		if err := p.Poll(ctx); err != nil {
+			return fmt.Errorf("first poll: %w", err)
+		}
+		ph.firstPoll = time.Since(t)
+		mu.Lock()
+		ph.reservedFirst = len(reserved)
+		mu.Unlock()
+		if ph.reservedFirst < len(b.juice) {
+			return fmt.Errorf("the first poll reserved %d of the %d Juice jobs: the look-ahead did not pick them all", ph.reservedFirst, len(b.juice))
+		}
+		cs.lists.Store(0)
+		cs.states.Store(0)
+		cs.gets.Store(0)
+		cs.listWall.Store(0)
+		go func() {
+			defer close(pollDone)
+			tick := time.NewTicker(b.cfg.poll)
+			defer tick.Stop()
+			for {
+				err := p.Poll(ctx)
+				if ctx.Err() != nil {
+					return
+				}
+				atomic.AddInt64(&ph.polls, 1)
+				if err != nil {
+					atomic.AddInt64(&ph.errs, 1)
+					logf("poll failed: %v", err)
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	} else {
+		close(pollDone)
+	}
+
+	// The measured minute: churn and new Juice jobs, CPU of the daemons.
+	submitted := map[uint32]time.Time{}
+	ctld0, err := cpuOf(b.ctld)
+	if err != nil {
+		return err
+	}
+	restd0, err := cpuOf(b.restd)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	churn := time.NewTicker(time.Second)
+	newJob := time.NewTicker(b.cfg.newEvery)
+	end := time.NewTimer(b.cfg.phase)
+	i := 0
+loop:
+	for {
+		select {
+		case <-churn.C:
+			id := b.plain[i%len(b.plain)]
+			i++
+			comment := fmt.Sprintf("churn-%d", i)
+			if err := b.c.UpdateJob(ctx, id, slurmrest.JobUpdate{Comment: &comment}); err != nil {
+				return fmt.Errorf("churn: %w", err)
+			}
+		case <-newJob.C:
+			at := time.Now()
+			id, err := b.submit(ctx, true)
+			if err != nil {
+				return fmt.Errorf("new Juice job: %w", err)
+			}
+			submitted[id] = at
+		case <-end.C:
+			break loop
+		}
+	}
+	churn.Stop()
+	newJob.Stop()
+	elapsed := time.Since(t0)
+	ctld1, err := cpuOf(b.ctld)
+	if err != nil {
+		return err
+	}
+	restd1, err := cpuOf(b.restd)
+	if err != nil {
+		return err
+	}
+	perMin := func(ticks int64) float64 { return float64(ticks) / b.clkTck * float64(time.Minute) / float64(elapsed) }
+	ph.ctld, ph.restd = perMin(ctld1-ctld0), perMin(restd1-restd0)
+	ph.newJobs = len(submitted)
+	if p == nil {
+		return nil
+	}
+	ph.lists, ph.states, ph.gets = cs.lists.Load(), cs.states.Load(), cs.gets.Load()
+	ph.listWall = time.Duration(cs.listWall.Load())
+
+	// The tail: the poller may still reserve the minute's last new jobs (not measured for CPU).
+	deadline := time.Now().Add(b.cfg.tail)
+	for {
+		seen, err := b.resolve(ctx, st, &mu, reserved, submitted)
+		if err != nil {
+			return err
+		}
+		if len(seen) == len(submitted) || time.Now().After(deadline) {
+			for id, at := range submitted {
+				if r, ok := seen[id]; ok {
+					ph.fresh = append(ph.fresh, r.Sub(at))
+				} else {
+					ph.unseen++
+				}
+			}
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	cancel()
+	<-pollDone
+	return nil
+}
+
+// resolve maps the reservations made so far to the job ids of the new Juice jobs: job id → when reserved.
+func (b *bench) resolve(ctx context.Context, st *store.Store, mu *sync.Mutex, reserved map[uuid.UUID]time.Time, submitted map[uint32]time.Time) (map[uint32]time.Time, error) {
+	mu.Lock()
+	ids := make(map[uuid.UUID]time.Time, len(reserved))
+	for id, at := range reserved {
+		ids[id] = at
+	}
+	mu.Unlock()
+	seen := map[uint32]time.Time{}
+	for jobID := range submitted {
+		rs, err := st.ForJob(ctx, jobID)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			if at, ok := ids[r.ID]; ok {
+				seen[jobID] = at
+			}
+		}
+	}
+	return seen, nil
+}
+
+// cpuOf is utime+stime (clock ticks) of the process in a pid file.
+func cpuOf(pidFile string) (int64, error) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, err
+	}
+	pid := strings.TrimSpace(string(b))
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("%s names pid %s: %w", pidFile, pid, err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%s/stat: too few fields", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
+	stt, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%s/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return ut + stt, nil
+}
+
+func clkTck() float64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if n, perr := strconv.Atoi(strings.TrimSpace(string(out))); err == nil && perr == nil && n > 0 {
+		return float64(n)
+	}
+	return 100
+}
+
+// cleanUp cancels every job the bench submitted and waits (bounded) until slurmctld has purged them, so that the
+// test bed's next user does not list 100,000 cancelled jobs for MinJobAge.
+func (b *bench) cleanUp() {
+	b.mu.Lock()
+	all := append([]uint32(nil), b.all...)
+	b.mu.Unlock()
+	if len(all) == 0 {
+		return
+	}
+	ctx := context.Background()
+	logf("cancelling the %d jobs submitted", len(all))
+	for _, name := range []string{plainName, juiceName} {
+		if out, err := b.env.Command(ctx, "scancel", "--name="+name).CombinedOutput(); err != nil {
+			logf("scancel --name=%s: %v: %s", name, err, out)
+		}
+	}
+	if b.cfg.purgeWait <= 0 {
+		return
+	}
+	logf("waiting (at most %s) for slurmctld to purge them (MinJobAge)", b.cfg.purgeWait)
+	deadline := time.Now().Add(b.cfg.purgeWait)
+	sample := []uint32{all[0], all[len(all)/2], all[len(all)-1]}
+	for time.Now().Before(deadline) {
+		left, err := b.c.JobStates(ctx, sample)
+		if err == nil && len(left) == 0 {
+			logf("purged")
+			return
+		}
+		time.Sleep(10 * time.Second)
+	}
+	logf("not purged after %s: the cancelled jobs leave slurmctld after MinJobAge", b.cfg.purgeWait)
+}
+
+// ---- report -----------------------------------------------------------------------------------------
+
+func (r *result) write(md *strings.Builder) {
+	var base, baseRest float64
+	var nb int
+	for _, ph := range r.phases {
+		if ph.design == "" {
+			base += ph.ctld
+			baseRest += ph.restd
+			nb++
+		}
+	}
+	base /= float64(max(nb, 1))
+	baseRest /= float64(max(nb, 1))
+	fmt.Fprintf(md, "## %d queued jobs, %d of them Juice jobs\n\n", r.size, r.juice)
+	fmt.Fprintf(md, "| phase | slurmctld CPU s/min | caused by the controller | slurmrestd CPU s/min | caused by the controller |  polls | listings | listing wall, mean s | job-state requests | GETs | first poll s | freshness p50 / max s | new Juice jobs not reserved |\n")
+	fmt.Fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, ph := range r.phases {
+		if ph.design == "" {
+			fmt.Fprintf(md, "| %s | %.2f | | %.2f | | | | | | | | | |\n", ph.name, ph.ctld, ph.restd)
+			continue
+		}
+		wall := "–"
+		if ph.lists > 0 {
+			wall = fmt.Sprintf("%.2f", (ph.listWall / time.Duration(ph.lists)).Seconds())
+		}
+		fresh := "–"
+		if len(ph.fresh) > 0 {
+			sort.Slice(ph.fresh, func(i, j int) bool { return ph.fresh[i] < ph.fresh[j] })
+			fresh = fmt.Sprintf("%.1f / %.1f", ph.fresh[len(ph.fresh)/2].Seconds(), ph.fresh[len(ph.fresh)-1].Seconds())
+		}
+		errs := ""
+		if ph.errs > 0 {
+			errs = fmt.Sprintf(" (%d failed)", ph.errs)
+		}
+		fmt.Fprintf(md, "| %s | %.2f | %.2f | %.2f | %.2f | %d%s | %d | %s | %d | %d | %.1f | %s | %d of %d |\n", ph.name, ph.ctld, ph.ctld-base,
+			ph.restd, ph.restd-baseRest, ph.polls, errs, ph.lists, wall, ph.states, ph.gets, ph.firstPoll.Seconds(), fresh, ph.unseen, ph.newJobs)
+	}
+	fmt.Fprintf(md, "\n")
+}
+
+func host() string {
+	h, _ := os.Hostname()
+	return h
+}
