@@ -333,7 +333,7 @@ func (b *bench) runPhase(ctx context.Context, ph *phase) error {
 		cs = &counting{Slurm: b.c}
 		p = &controller.Poller{Slurm: cs, Store: st, Cluster: b.env.Cluster(), FullListings: ph.design == "full",
 			Lookahead: reconcile.Lookahead{PerPool: 4, PerUser: 2, PerAccount: 3, Window: 8 * 24 * time.Hour},
-			Log: logr.Discard(),
+			Log:       logr.Discard(),
 			Enqueue: func(id uuid.UUID) {
 				mu.Lock()
 				if _, ok := reserved[id]; !ok {
