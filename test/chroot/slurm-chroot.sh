@@ -541,9 +541,9 @@ juice_slurm_bin() {
 # The hook binary the chroot's prolog and epilog exec: the juice-slurm-hook beside $JUICE_CHROOT_JUICE_SLURM when
 # there is one, or a static build of this work tree.
 juice_slurm_hook_bin() {
-	local beside=${JUICE_CHROOT_JUICE_SLURM%/*}/juice-slurm-hook
-	if [ -n "${JUICE_CHROOT_JUICE_SLURM:-}" ] && [ -x "$beside" ]; then
-		echo "$beside"
+	local given=${JUICE_CHROOT_JUICE_SLURM:-}
+	if [ -n "$given" ] && [ -x "${given%/*}/juice-slurm-hook" ]; then
+		echo "${given%/*}/juice-slurm-hook"
 		return
 	fi
 	static_build juice-slurm-hook
