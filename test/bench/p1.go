@@ -21,10 +21,14 @@ import (
 
 // P1Result is the prolog hook's wall time with the session already ready.
 type P1Result struct {
-	Exec       Stats // juice-slurm-hook prolog, fork/exec to exit: what hooks/juice-prolog.sh execs
-	Script     Stats // hooks/juice-prolog.sh execing juice-slurm-hook: what slurmctld itself waits for
-	Old        Stats // juice-slurm hook prolog: the path before issue 14 (and of a config naming only juice-slurm)
-	Empty      Stats // a Go program that does nothing: the floor of any hook written in Go, on this machine now
+	Exec   Stats // juice-slurm-hook prolog, fork/exec to exit: what hooks/juice-prolog.sh execs
+	Script Stats // hooks/juice-prolog.sh execing juice-slurm-hook: what slurmctld itself waits for
+	Old    Stats // juice-slurm hook prolog: the path before issue 14 (and of a config naming only juice-slurm)
+	Empty  Stats // a Go program that does nothing: the floor of any hook written in Go, on this machine now
+	// CPU is each exec path's processor time (user + system, the process and the children it waited for, from
+	// wait4), keyed as the paths above ("hook", "old", "script", "empty"): unlike the wall time, it does not grow
+	// with the other work on the machine.
+	CPU        map[string]Stats
 	HTTPWarm   Stats // the same call in process, on a kept-alive connection
 	HTTPCold   Stats // the same call in process, a new TCP connection each time (as the binary makes)
 	Runs       int
@@ -118,17 +122,18 @@ export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_SECRET JUICE_STATE_DIR JUICE_PROL
 	direct := append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_HOOK_URL="+rc.URL, "JUICE_HOOK_CA="+rc.CA,
 		"JUICE_HOOK_SECRET="+secretFile, "JUICE_STATE_DIR="+stateDir)
 	paths := []struct {
+		name  string
 		out   *Stats
 		argv  []string
 		env   []string
 		check bool // a prolog: it must have written the session file
 	}{
-		{&res.Exec, []string{hookBin, "prolog"}, direct, true},
-		{&res.Old, []string{oldBin, "hook", "prolog"}, direct, true},
-		{&res.Script, []string{"/bin/sh", filepath.Join(repo, "hooks", "juice-prolog.sh")}, append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_CONFIG_SH="+configSh), true},
-		{&res.Empty, []string{emptyBin}, nil, false},
+		{"hook", &res.Exec, []string{hookBin, "prolog"}, direct, true},
+		{"old", &res.Old, []string{oldBin, "hook", "prolog"}, direct, true},
+		{"script", &res.Script, []string{"/bin/sh", filepath.Join(repo, "hooks", "juice-prolog.sh")}, append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_CONFIG_SH="+configSh), true},
+		{"empty", &res.Empty, []string{emptyBin}, nil, false},
 	}
-	times := make([][]time.Duration, len(paths))
+	times, cpu := make([][]time.Duration, len(paths)), make([][]time.Duration, len(paths))
 	// One unmeasured round first, so that every binary is in the page cache as it is on a busy slurmctld host.
 	for i := 0; i <= runs; i++ {
 		job := first + i%runs
@@ -152,12 +157,16 @@ export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_SECRET JUICE_STATE_DIR JUICE_PROL
 				return res, fmt.Errorf("%s for job %d exited 0 but wrote no session file: %v", p.argv, job, err)
 			}
 			if i > 0 {
-				times[(i+k)%len(paths)] = append(times[(i+k)%len(paths)], d)
+				n := (i + k) % len(paths)
+				times[n] = append(times[n], d)
+				cpu[n] = append(cpu[n], cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
 			}
 		}
 	}
+	res.CPU = map[string]Stats{}
 	for k, p := range paths {
 		*p.out = Summarise(times[k])
+		res.CPU[p.name] = Summarise(cpu[k])
 	}
 
 	// The same call without the process: what the hook API itself costs.
