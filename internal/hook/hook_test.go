@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -414,4 +415,32 @@ func TestPrologTellsTheUserWhy(t *testing.T) {
 	w.env["SLURM_JOB_COMMENT"] = "juice:v1:pool=test,gpus=1"
 	require.Equal(t, 0, exitStatus(w.run("prolog")))
 	require.Empty(t, readCalls(t, calls))
+}
+
+// The hook reads the one settings file every command shares, knowing the file's names from settings.Names (it
+// does not link the other commands): the controller's settings in it are left alone, the hook's are taken, and a
+// name no command knows fails a Juice job's prolog.
+func TestHookReadsTheSharedSettingsFile(t *testing.T) {
+	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeReady, Session: sealed, File: "42.1.session"}))
+	conf := filepath.Join(t.TempDir(), "juice-slurm.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf(`# the controller's, then the hook's
+cluster = c9
+database-url = postgres://juice@db1/juice
+poll-interval = 5s
+hook-url = %s
+hook-ca = %s
+hook-secret = %s
+state-dir = %s
+prolog-wait = 2s
+`, w.url, w.ca, w.secret, w.stateDir)), 0o644))
+	err := Main(context.Background(), "prolog", []string{"--config", conf, "--scontrol="}, func(k string) string { return w.env[k] }, &w.stderr)
+	require.NoError(t, err, w.stderr.String())
+	got, err := os.ReadFile(filepath.Join(w.stateDir, "42.1.session"))
+	require.NoError(t, err)
+	require.Equal(t, sealed, got)
+
+	require.NoError(t, os.WriteFile(conf, []byte("hook-urll = https://x\n"), 0o644))
+	err = Main(context.Background(), "prolog", []string{"--config", conf, "--scontrol="}, func(k string) string { return w.env[k] }, &w.stderr)
+	require.ErrorContains(t, err, `unknown setting "hook-urll"`)
+	require.Equal(t, 1, w.api.calls, "no call with a broken settings file")
 }
