@@ -3,7 +3,6 @@ package main
 import (
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -14,7 +13,7 @@ import (
 // nothing of the controller (pgx, prometheus, zap, protobuf, the session's crypto), whose inits and pages each
 // run would pay for.
 func TestHookLinksLittle(t *testing.T) {
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
+	out, err := exec.Command(goTool(t), "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	allowed := map[string]bool{
 		"github.com/juice-slurm/juice-slurm/cmd/juice-slurm-hook":       true,
@@ -34,7 +33,7 @@ func TestHookLinksLittle(t *testing.T) {
 // a call, whatever the settings say.
 func TestExitStatuses(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "juice-slurm-hook")
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command(goTool(t), "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	status := func(env []string, args ...string) (int, string) {
 		cmd := exec.Command(bin, args...)
@@ -61,4 +60,12 @@ func TestExitStatuses(t *testing.T) {
 	code, out2 = status([]string{"SLURM_JOB_ID=7", "SLURM_CLUSTER_NAME=c1", "SPANK_JUICE_REQUEST=juice:v1:pool=p,gpus=1"}, "epilog",
 		"--hook-ca", filepath.Join(t.TempDir(), "absent.crt"))
 	require.Equal(t, 0, code, "the epilog never fails: %s", out2)
+}
+
+// goTool is the go command (go test puts its own first in PATH).
+func goTool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command is needed to build the hook")
+	return p
 }
