@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
@@ -379,4 +380,24 @@ func TestPostSentOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The check before a request (can any agent ever hold it?) lists the pool once for many requests: a listing per
+// request cost a pool of 1,250 agents a 4 MiB answer per session. A request the kept listing says cannot fit is
+// checked against a new listing before it is refused: an agent may have joined since.
+func TestRequestChecksThePoolOnceForManyRequests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := start(t, juicesim.Config{}, nil)
+	for i := 0; i < 5; i++ {
+		_, err := e.client.RequestSession(ctx, uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 1})
+		require.NoError(t, err)
+	}
+	require.Equal(t, 5, requests(t, e.sim, "POST /v1/request/session"))
+	require.Equal(t, 1, requests(t, e.sim, "GET /v1/agents"), "one listing served the five checks")
+
+	_, err := e.client.RequestSession(ctx, uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 9})
+	require.ErrorIs(t, err, juiceapi.ErrNoCapacity)
+	require.Equal(t, 2, requests(t, e.sim, "GET /v1/agents"), "a refusal is checked on a new listing")
+	require.Equal(t, 5, requests(t, e.sim, "POST /v1/request/session"), "the refused request was not sent")
 }

@@ -79,6 +79,8 @@ type HTTPClient struct {
 	poolMu     sync.Mutex
 	poolSeen   map[string]string // GET /v1/pools: name -> id
 	poolAt     time.Time
+	fitMu      sync.Mutex
+	fitSeen    map[string]fitView // pool id -> its agents, for the check before a request
 }
 
 var _ Client = (*HTTPClient)(nil)
@@ -162,18 +164,23 @@ func (c *HTTPClient) RequestSession(ctx context.Context, key uuid.UUID, req Sess
 	}
 	// Never send what no agent can ever hold: the legacy controller accepts it and then exits, again at each
 	// restart while the session is queued. Its listing shows one page of 20 active agents, so a full page
-	// proves nothing and the request goes on.
-	agents, err := c.listAgents(ctx, poolID)
-	if errors.Is(err, ErrNotFound) {
-		return "", &APIError{Method: http.MethodPost, Path: "/v1/request/session", Kind: ErrNoCapacity,
-			Message: fmt.Sprintf("not sent: pool %q does not exist", req.PoolID), Err: err}
-	}
-	if err != nil {
-		return "", fmt.Errorf("request session in pool %q: check the pool's agents first: %w", req.PoolID, err)
-	}
-	if why := CanEverFit(agents, req); why != "" && len(agents) < 20 {
-		return "", &APIError{Method: http.MethodPost, Path: "/v1/request/session", Kind: ErrNoCapacity,
-			Message: fmt.Sprintf("not sent: pool %q: %s", req.PoolID, why)}
+	// proves nothing and the request goes on. The pool's shape changes seldom: a listing younger than fitRefresh
+	// that says the request fits serves; one that says it does not is taken again before refusing.
+	if why, listed, err := c.canEverFit(ctx, poolID, req, false); err != nil || why != "" {
+		if err == nil && !listed {
+			why, _, err = c.canEverFit(ctx, poolID, req, true)
+		}
+		if errors.Is(err, ErrNotFound) {
+			return "", &APIError{Method: http.MethodPost, Path: "/v1/request/session", Kind: ErrNoCapacity,
+				Message: fmt.Sprintf("not sent: pool %q does not exist", req.PoolID), Err: err}
+		}
+		if err != nil {
+			return "", fmt.Errorf("request session in pool %q: check the pool's agents first: %w", req.PoolID, err)
+		}
+		if why != "" {
+			return "", &APIError{Method: http.MethodPost, Path: "/v1/request/session", Kind: ErrNoCapacity,
+				Message: fmt.Sprintf("not sent: pool %q: %s", req.PoolID, why)}
+		}
 	}
 	wire := req.Requirements(TaggedVersion(c.version, key))
 	wire.PoolID = poolID
@@ -326,6 +333,44 @@ func (c *HTTPClient) GetAgent(ctx context.Context, id string) (*Agent, error) {
 		return nil, fmt.Errorf("get agent %s: %w", id, err)
 	}
 	return &a, nil
+}
+
+// fitRefresh is how long a listing of a pool's agents answers "can this request ever fit?" for later requests.
+const fitRefresh = 30 * time.Second
+
+// fitView is what canEverFit keeps of a pool's agent listing: the agents without their sessions.
+type fitView struct {
+	agents []Agent
+	at     time.Time
+}
+
+// canEverFit says why req can never be held by the pool's agents ("" when it can, or when the listing is a full
+// legacy page and cannot tell), from a listing younger than fitRefresh unless fresh is set; listed says the pool
+// was listed for this answer.
+func (c *HTTPClient) canEverFit(ctx context.Context, poolID string, req SessionRequest, fresh bool) (why string, listed bool, err error) {
+	c.fitMu.Lock()
+	v, ok := c.fitSeen[poolID]
+	c.fitMu.Unlock()
+	if listed = !ok || fresh || time.Since(v.at) >= fitRefresh; listed {
+		agents, err := c.listAgents(ctx, poolID)
+		if err != nil {
+			return "", true, err
+		}
+		for i := range agents {
+			agents[i].Sessions = nil
+		}
+		v = fitView{agents: agents, at: time.Now()}
+		c.fitMu.Lock()
+		if c.fitSeen == nil {
+			c.fitSeen = map[string]fitView{}
+		}
+		c.fitSeen[poolID] = v
+		c.fitMu.Unlock()
+	}
+	if len(v.agents) >= 20 {
+		return "", listed, nil
+	}
+	return CanEverFit(v.agents, req), listed, nil
 }
 
 // poolRefresh is how long a pool listing is trusted before a name it lacks is looked up again.
