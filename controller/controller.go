@@ -53,10 +53,14 @@ type Config struct {
 	FullListings bool
 	// WaitPoll is how often a queued session is looked at. Default 1s, the legacy controller's tick.
 	WaitPoll time.Duration
-	// ReadyCheck is how often a ready session is checked to be alive. Default 30s.
+	// ReadyCheck is how often the ready sessions are checked to be alive: a walk of each pool, compared with the
+	// ready runs (reconcile.Liveness.Suspects). Default 30s.
 	ReadyCheck time.Duration
-	// Resync re-queues every open reservation, in case a wake-up was lost. Default 30s.
+	// Resync re-queues every open reservation that is not steady (ready, wanted, nothing to do), in case a wake-up
+	// was lost. Default 30s.
 	Resync time.Duration
+	// FullResync re-queues every open reservation, steady ones too. Default 10m.
+	FullResync time.Duration
 	// Sweep is how often sessions at the controller are checked against the runs. Default 5m; <0 turns it off.
 	Sweep   time.Duration
 	Workers int // default 4
@@ -108,6 +112,7 @@ func (c *Config) defaults() {
 	set(&c.WaitPoll, time.Second)
 	set(&c.ReadyCheck, 30*time.Second)
 	set(&c.Resync, 30*time.Second)
+	set(&c.FullResync, 10*time.Minute)
 	set(&c.Sweep, 5*time.Minute)
 	set(&c.LeaseTTL, 15*time.Second)
 	set(&c.LeaseRenew, 5*time.Second)
@@ -426,7 +431,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 			jq.Add(ch.ID)
 		}
 	})()
-	relist := func() { c.relist(ctx, rq, jq) }
+	relist := func() { c.relist(ctx, true, rq, jq) }
 	// Whatever changed while LISTEN was down was not announced: re-list after every (re)subscribe.
 	relisting := make(chan struct{}, 1)
 	defer hub.OnConnect(func() {
@@ -437,7 +442,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 	})()
 	rc := &reconcile.Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
 		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
-		Liveness: &reconcile.Liveness{Juice: c.Juice, Period: c.Config.ReadyCheck}}
+		Liveness: &reconcile.Liveness{Juice: c.Juice, Period: c.Config.ReadyCheck, Watched: true}}
 	if c.Config.StateDir != "" {
 		rc.Files = &session.StateDir{Path: c.Config.StateDir}
 	}
@@ -458,14 +463,18 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.prune(ctx) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); c.watchReady(ctx, rc.Liveness, rq) }()
 	relist()
 	c.sweepFiles(ctx)
 	tune := c.Tuning()
 	poll := time.NewTicker(tune.PollInterval)
 	resync := time.NewTicker(c.Config.Resync)
+	full := time.NewTicker(c.Config.FullResync)
 	sweep := newSweepTicker(tune.Sweep)
 	defer poll.Stop()
 	defer resync.Stop()
+	defer full.Stop()
 	defer func() { sweep.stop() }()
 	failing := 0
 	for {
@@ -500,7 +509,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 			c.Log.Info("poll works again", "after", failing)
 			failing = 0
 		}
-		if !c.waitForPoll(ctx, poll.C, resync.C, sweep.c, relisting, relist) {
+		if !c.waitForPoll(ctx, poll.C, resync.C, full.C, sweep.c, relisting, relist, func() { c.relist(ctx, false, rq, jq) }) {
 			rq.ShutDown()
 			jq.ShutDown()
 			wg.Wait()
@@ -511,7 +520,8 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 
 // waitForPoll waits until the next poll is due, re-listing and sweeping meanwhile when those are due; false
 // when ctx ended.
-func (c *Controller) waitForPoll(ctx context.Context, poll, resync, sweep <-chan time.Time, relisting <-chan struct{}, relist func()) bool {
+func (c *Controller) waitForPoll(ctx context.Context, poll, resync, full, sweep <-chan time.Time, relisting <-chan struct{},
+	relist, relistUnsettled func()) bool {
 	for {
 		select {
 		case <-ctx.Done():
@@ -523,6 +533,8 @@ func (c *Controller) waitForPoll(ctx context.Context, poll, resync, sweep <-chan
 		case <-relisting:
 			relist()
 		case <-resync:
+			relistUnsettled()
+		case <-full:
 			relist()
 		case <-sweep:
 			n, err := Sweep(ctx, c.Store, c.Juice, c.Log.WithName("sweep"))
@@ -581,18 +593,48 @@ func newSweepTicker(every time.Duration) sweepTicker {
 }
 
 // relist hands every open reservation to both actors.
-func (c *Controller) relist(ctx context.Context, queues ...*queue.Queue[uuid.UUID]) {
-	open, err := c.Store.Open(ctx)
+func (c *Controller) relist(ctx context.Context, all bool, queues ...*queue.Queue[uuid.UUID]) {
+	ids, err := c.Store.OpenIDs(ctx, all)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.Log.Error(err, "re-list the open reservations")
+			c.Log.Error(err, "re-list the open reservations", "steadyToo", all)
 		}
 		return
 	}
-	for _, r := range open {
+	for _, id := range ids {
 		for _, q := range queues {
-			q.Add(r.ID)
+			q.Add(id)
 		}
+	}
+}
+
+// watchReady compares the ready runs with a walk of their pools every ReadyCheck, while leading, and hands the
+// reconciler those whose session is not plainly alive: a quiet cluster's ready runs cost a walk of each pool per
+// period and no pass.
+func (c *Controller) watchReady(ctx context.Context, l *reconcile.Liveness, rq *queue.Queue[uuid.UUID]) {
+	t := time.NewTicker(c.Config.ReadyCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		runs, err := c.Store.Ready(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.Log.Error(err, "list the ready runs to check their sessions")
+			}
+			continue
+		}
+		suspects, err := l.Suspects(ctx, runs)
+		if err != nil && ctx.Err() == nil {
+			c.Log.Error(err, "walk the pools of the ready runs; their runs are checked one by one")
+		}
+		for _, id := range suspects {
+			rq.Add(id)
+		}
+		c.Log.V(1).Info("checked the ready runs against their pools", "ready", len(runs), "suspects", len(suspects))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
@@ -120,4 +121,48 @@ func TestLostSessionRequeuesBatchCancelsInteractive(t *testing.T) {
 	require.Len(t, comments, 2, "both comments were job_submit.lua's copies of the request")
 	require.Contains(t, strings.Join(comments, "\n"), "; the job is requeued for a new session")
 	require.Contains(t, strings.Join(comments, "\n"), "; the job is cancelled")
+}
+
+// passes is how many reconcile passes c's leader has run.
+func passes(t *testing.T, c *Controller) uint64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Metrics.reconcileDuration.Write(&m))
+	return m.GetHistogram().GetSampleCount()
+}
+
+// Ready runs of a quiet cluster cost no reconcile pass: the liveness watch walks their pool once per ReadyCheck
+// and hands the reconciler only a run whose session is gone (then failed under its job, which is requeued). The
+// resync passes over steady runs too. (With a pass per run per ReadyCheck and per resync, 10,000 ready runs cost
+// 610 passes a second.)
+func TestQuietReadyRunsCostNoPasses(t *testing.T) {
+	h := newHarness(t)
+	req := "juice:v1:pool=test,gpus=1"
+	for job := uint32(81); job <= 84; job++ {
+		h.slurm.Set(fakeslurm.JuiceJob(job, 0, slurmrest.StateRunning, req))
+	}
+	c, _ := h.startControllerOf(h.store, h.slurm, "a", Config{ReadyCheck: 100 * time.Millisecond, Resync: 100 * time.Millisecond}, nil)
+	eventually(t, 10*time.Second, "the runs ready", func() bool {
+		for job := uint32(81); job <= 84; job++ {
+			if h.stateOf(reconcile.RunID{Cluster: "c1", JobID: job}) != reconcile.StateReady {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(300 * time.Millisecond) // the passes of the burst drain
+	before := passes(t, c)
+	time.Sleep(time.Second) // ten ready checks and ten resyncs
+	require.Equal(t, before, passes(t, c), "passes over ready runs while nothing changed")
+
+	// One session ends at the Juice Controller: its run, and only it, is looked at and fails.
+	r, err := h.store.LiveRun(context.Background(), reconcile.RunID{Cluster: "c1", JobID: 82})
+	require.NoError(t, err)
+	require.NoError(t, h.sim.Sim.Cancel(r.Status.SessionID))
+	eventually(t, 10*time.Second, "the run whose session ended failed", func() bool {
+		return h.stateOf(reconcile.RunID{Cluster: "c1", JobID: 82}) == reconcile.StateFailed
+	})
+	for _, job := range []uint32{81, 83, 84} {
+		require.Equal(t, reconcile.StateReady, h.stateOf(reconcile.RunID{Cluster: "c1", JobID: job}))
+	}
 }

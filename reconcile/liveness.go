@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/uuid"
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 )
@@ -20,7 +21,10 @@ type Liveness struct {
 	Juice juiceapi.Client
 	// Period is how long a walk serves. Default 30s (the ready check).
 	Period time.Duration
-	Now    func() time.Time
+	// Watched says a watch calls Suspects every Period and enqueues what it returns (the controller's): ready
+	// runs then get no pass of their own each Period.
+	Watched bool
+	Now     func() time.Time
 
 	mu    sync.Mutex
 	pools map[string]*poolWalk
@@ -47,11 +51,7 @@ func (l *Liveness) View(ctx context.Context, pool string, notBefore time.Time) (
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	now := l.now()
-	period := l.Period
-	if period <= 0 {
-		period = 30 * time.Second
-	}
+	now, period := l.now(), l.period()
 	if v := w.view; v != nil && !v.Taken.Before(notBefore) && now.Sub(v.Taken) < period {
 		return v, nil
 	}
@@ -61,6 +61,58 @@ func (l *Liveness) View(ctx context.Context, pool string, notBefore time.Time) (
 	}
 	w.view = v
 	return v, nil
+}
+
+// ReadyRun is a ready reservation as the liveness watch sees it: where its session should be.
+type ReadyRun struct {
+	ID           uuid.UUID
+	Pool         string
+	SessionID    string
+	AgentAddress string
+	ReadyAt      time.Time
+}
+
+// Suspects compares the ready runs with a walk of each of their pools (at most one per Period) and returns those
+// whose session is not plainly alive there: not held by an active agent, or ended. Only those need a reconcile
+// pass, in which checkLive decides; a run whose session is alive costs nothing, so 10,000 ready runs on a quiet
+// cluster cost a walk of each pool per Period and no pass. A run that became ready after its pool's walk is left
+// for the next one.
+func (l *Liveness) Suspects(ctx context.Context, runs []ReadyRun) ([]uuid.UUID, error) {
+	byPool := map[string][]ReadyRun{}
+	for _, r := range runs {
+		byPool[r.Pool] = append(byPool[r.Pool], r)
+	}
+	var out []uuid.UUID
+	var errs []error
+	for pool, rs := range byPool {
+		// A walk younger than half a Period serves (one a reconcile pass just made); an older one would let a
+		// session that ended go unnoticed for two Periods.
+		view, err := l.View(ctx, pool, l.now().Add(-l.period()/2))
+		if err != nil {
+			// The runs of a pool that cannot be walked get their pass: it says why, and retries.
+			errs = append(errs, fmt.Errorf("pool %s: %w", pool, err))
+			for _, r := range rs {
+				out = append(out, r.ID)
+			}
+			continue
+		}
+		for _, r := range rs {
+			if r.ReadyAt.After(view.Taken) {
+				continue
+			}
+			if s, a := view.Find(r.SessionID); s == nil || s.Ended() || a.State != juiceapi.AgentActive {
+				out = append(out, r.ID)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (l *Liveness) period() time.Duration {
+	if l.Period <= 0 {
+		return 30 * time.Second
+	}
+	return l.Period
 }
 
 func (l *Liveness) now() time.Time {
@@ -98,7 +150,7 @@ func (rc *Reconciler) checkLive(ctx context.Context, log logr.Logger, r *Reserva
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed,
 			fmt.Sprintf("lost: session %s is on agent %s (%s), which is %s at the Juice Controller", sid, a.ID, a.Address, a.State))
 	case s != nil:
-		return Result{RequeueAfter: rc.ReadyCheck}, true, nil
+		return rc.checkAgain(), true, nil
 	case a == nil && len(view.Agents) < legacyAgentPage:
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed,
 			fmt.Sprintf("lost: the agent at %s holding session %s is not an active agent of pool %s at the Juice Controller", r.Status.AgentAddress, sid, r.Request.Pool))
@@ -111,5 +163,14 @@ func (rc *Reconciler) checkLive(ctx context.Context, log logr.Logger, r *Reserva
 	if err != nil {
 		return Result{}, true, fmt.Errorf("check session: %w", err)
 	}
-	return Result{RequeueAfter: rc.ReadyCheck}, true, nil
+	return rc.checkAgain(), true, nil
+}
+
+// checkAgain is when a ready run is looked at again: never by itself when the liveness watch runs (it enqueues the
+// run once its pool's walk no longer shows the session alive), else in ReadyCheck.
+func (rc *Reconciler) checkAgain() Result {
+	if rc.Liveness != nil && rc.Liveness.Watched {
+		return Result{}
+	}
+	return Result{RequeueAfter: rc.ReadyCheck}
 }

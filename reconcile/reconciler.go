@@ -57,6 +57,8 @@ type Reconciler struct {
 	// capMu makes the count of a user's GPUs and the request that follows it one step, so that two workers never
 	// both let a user past the site policy's cap (only the leader's reconciler moves reservations).
 	capMu sync.Mutex
+	// asked is when the last request of each reservation that may hold more than one session returned.
+	asked askedAt
 	// OnReady, when set, hears of each reservation that became ready (for metrics).
 	OnReady func(r *Reservation)
 	Now     func() time.Time
@@ -75,8 +77,10 @@ const maxSteps = 8
 
 // Reconcile runs one pass over the reservation id.
 func (rc *Reconciler) Reconcile(ctx context.Context, id uuid.UUID) (Result, error) {
+	rc.asked.start(rc.now())
 	r, err := rc.Store.Get(ctx, id)
 	if errors.Is(err, ErrNotFound) {
+		rc.asked.forget(id)
 		return Result{}, nil
 	}
 	if err != nil {
@@ -88,6 +92,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context, id uuid.UUID) (Result, erro
 	}
 	for i := 0; i < maxSteps; i++ {
 		if r.Status.State.Final() {
+			rc.asked.forget(id)
 			return Result{}, nil
 		}
 		// A reservation that turned requesting in this very pass cannot have a request at the controller yet:
@@ -136,7 +141,10 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 		// that way, the orphan is cancelled once it is placed (when the run becomes ready, or by the sweep).
 		view, err := &juiceapi.PoolView{}, error(nil)
 		if !fresh {
-			view, err = rc.walk(ctx, r.Request.Pool)
+			// An earlier attempt's outcome is unknown: the session it may have booked is looked for, and the
+			// session learnt from here on may have a twin.
+			r.Status.MaybeOrphans = true
+			view, err = rc.view(ctx, r.ID, r.Request.Pool)
 		}
 		if errors.Is(err, juiceapi.ErrNoCapacity) { // the pool cannot be named to the controller
 			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice Controller cannot ever fit "+r.Request.Describe()+": "+err.Error())
@@ -153,6 +161,9 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 			return Result{}, false, rc.apply(ctx, log, r, EventQueued, "session "+keep+" found at the Juice Controller by the run's key (its answer was lost)")
 		}
 		sid, err := rc.Juice.RequestSession(ctx, r.ID, req)
+		if err != nil || r.Status.MaybeOrphans {
+			rc.asked.set(r.ID, rc.now())
+		}
 		if errors.Is(err, juiceapi.ErrNoCapacity) {
 			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice Controller cannot ever fit "+r.Request.Describe()+": "+err.Error())
 		}
@@ -183,11 +194,15 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 			}
 			return Result{RequeueAfter: rc.WaitPoll}, true, nil
 		case s.Active():
-			// Other sessions carrying the run's key are orphans of a lost answer: placed by now, if at all.
-			if view, err := rc.walk(ctx, r.Request.Pool); err != nil {
-				return Result{}, true, fmt.Errorf("look for orphans of the run: %w", err)
-			} else if _, err := rc.cancelOrphans(ctx, log, view, r, s.ID); err != nil {
-				return Result{}, true, err
+			// Other sessions carrying the run's key are orphans of a lost answer: placed by now, if at all. Only
+			// a run that asked more than once can have them; walking the pool for every run would cost each
+			// reservation a call per agent (10,000 runs on 1,250 agents never became ready).
+			if r.Status.MaybeOrphans {
+				if view, err := rc.view(ctx, r.ID, r.Request.Pool); err != nil {
+					return Result{}, true, fmt.Errorf("look for orphans of the run: %w", err)
+				} else if _, err := rc.cancelOrphans(ctx, log, view, r, s.ID); err != nil {
+					return Result{}, true, err
+				}
 			}
 			if err := rc.seal(r, s, req); err != nil {
 				return Result{}, false, rc.apply(ctx, log, r, EventFail, "cannot seal the session file: "+err.Error())
@@ -199,7 +214,7 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 				rc.OnReady(r)
 			}
 			// Just seen active: the first check that it is still alive is due in ReadyCheck, not now.
-			return Result{RequeueAfter: rc.ReadyCheck}, true, nil
+			return rc.checkAgain(), true, nil
 		case s.Ended():
 			return Result{}, false, rc.apply(ctx, log, r, EventClosed,
 				fmt.Sprintf("the Juice Controller ended session %s (%s) before it became active", s.ID, s.State))
@@ -234,11 +249,12 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 
 	case StateReleasing:
 		reason := "no session was ever made"
-		if r.Status.Requested {
+		if r.Status.Requested && (r.Status.MaybeOrphans || r.Status.SessionID == "") {
 			// A request may have reached the controller without its answer reaching us: every placed session
 			// carrying the run's key is cancelled. (Asking again with the key to learn the session would book
 			// one more at a controller without idempotency.) One still queued is caught by the sweep once placed.
-			view, err := rc.walk(ctx, r.Request.Pool)
+			// A session got on the first request is the key's only one, and is cancelled below without a walk.
+			view, err := rc.view(ctx, r.ID, r.Request.Pool)
 			if errors.Is(err, juiceapi.ErrNoCapacity) {
 				view, err = &juiceapi.PoolView{}, nil // a pool that cannot be named was never asked of
 			}
@@ -294,9 +310,57 @@ func (rc *Reconciler) requestWithinCap(ctx context.Context, log logr.Logger, r *
 	return Result{}, false, rc.apply(ctx, log, r, EventRequest, requestReason(*r))
 }
 
-// walk reads the pool's agents and the sessions they hold (the run's key finds its sessions there).
-func (rc *Reconciler) walk(ctx context.Context, pool string) (*juiceapi.PoolView, error) {
+// view returns the pool's agents and the sessions they hold (the run's key finds its sessions there), as seen
+// after the last request of reservation id returned, so that what that request booked is in it. Reservations
+// share a walk of their pool through Liveness: a burst of them looking for their sessions (after a restart, or
+// an outage of the controller) costs a walk of the pool, not one per reservation.
+func (rc *Reconciler) view(ctx context.Context, id uuid.UUID, pool string) (*juiceapi.PoolView, error) {
+	if rc.Liveness != nil {
+		return rc.Liveness.View(ctx, pool, rc.asked.since(id))
+	}
 	return juiceapi.WalkPool(ctx, rc.Juice, pool, rc.now())
+}
+
+// askedAt remembers, for reservations that may hold more than one session, when their last request to the
+// controller returned (this process's clock). A reservation it does not name was last asked before the first
+// pass of this reconciler: by an earlier process, whose leader lease ran out before this one took it.
+type askedAt struct {
+	mu    sync.Mutex
+	first time.Time
+	at    map[uuid.UUID]time.Time
+}
+
+// start notes the first pass's time, once.
+func (a *askedAt) start(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.first.IsZero() {
+		a.first = now
+	}
+}
+
+func (a *askedAt) since(id uuid.UUID) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t, ok := a.at[id]; ok {
+		return t
+	}
+	return a.first
+}
+
+func (a *askedAt) set(id uuid.UUID, t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.at == nil {
+		a.at = map[uuid.UUID]time.Time{}
+	}
+	a.at[id] = t
+}
+
+func (a *askedAt) forget(id uuid.UUID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.at, id)
 }
 
 // cancelOrphans cancels every session of view carrying r's key but keep: a second session booked for the run

@@ -106,6 +106,11 @@ type Status struct {
 	// Requested is set once a request with this reservation's key may have reached the controller, so that a
 	// release knows it must find and cancel a session even when it never learnt the session's id.
 	Requested bool
+	// MaybeOrphans is set when the session was learnt on a later attempt than the run's first request: an earlier
+	// answer may have been lost, and a controller without idempotency may have booked another session under the
+	// key. Only then are the pool's sessions searched for orphans when the run becomes ready or is released; a
+	// session got on the first request is the only one its key can name.
+	MaybeOrphans bool
 
 	SessionID    string
 	AgentAddress string

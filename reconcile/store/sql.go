@@ -14,10 +14,15 @@ const NotifyChannel = "juice_reservations"
 // enforces it even when two writers race; TestBlocksNewIsTheIndexPredicate checks that they agree.
 const blocksNew = `(state <> 'released' OR run_over)`
 
+// steady is a reservation with nothing to do until something changes: ready for a run that still wants it, sealed
+// for its job, its job not waiting to begin. The liveness watch looks after such rows, so the frequent re-list
+// passes them over; the full one, and every wake-up, does not.
+const steady = `(state = 'ready' AND wanted AND (job_id IS NULL OR coalesce(sealed_job_id, 0) = job_id) AND job_state <> 'PENDING')`
+
 const columns = `id, cluster, job_id, run, request, user_name, account, partition, created_at,
 	wanted, want_reason, run_over, job_state, job_reason,
 	state, reason, fail_reason, requested, session_id, agent_address, ready_at, updated_at, version,
-	array_job_id, array_task_id, sealed_job_id`
+	array_job_id, array_task_id, sealed_job_id, maybe_orphans`
 
 // notify announces a row's change; it is selected in the statement that makes the change, so that the change and
 // its announcement commit together.
@@ -113,7 +118,7 @@ var (
 				sealed = CASE WHEN $4 IN ('released', 'failed') THEN NULL ELSE coalesce($9, sealed) END,
 				sealed_job_id = CASE WHEN $4 IN ('released', 'failed') THEN NULL WHEN $9::bytea IS NULL THEN sealed_job_id
 					ELSE $15 END,
-				agent_address = $10, ready_at = $11, updated_at = now(), version = version + 1
+				agent_address = $10, ready_at = $11, maybe_orphans = $16, updated_at = now(), version = version + 1
 			WHERE cluster = $1 AND id = $2 AND version = $3
 			RETURNING cluster, id, state, updated_at, version),
 		e AS (
@@ -138,6 +143,11 @@ var (
 		ORDER BY created_at DESC LIMIT $3`
 	sqlOpen = `SELECT ` + columns + ` FROM juice_reservations
 		WHERE cluster = $1 AND state NOT IN ('released', 'failed') ORDER BY created_at`
+	sqlOpenIDs = `SELECT id FROM juice_reservations WHERE cluster = $1 AND state NOT IN ('released', 'failed')
+		AND ($2 OR NOT ` + steady + `) ORDER BY created_at`
+	// The ready runs, for the liveness watch: what a pool walk is compared with.
+	sqlReady = `SELECT id, pool, session_id, agent_address, ready_at FROM juice_reservations
+		WHERE cluster = $1 AND state = 'ready'`
 	// Runs of the given jobs that will never be reserved again: their reservation is final and still blocks.
 	// An array's elements are found by their array's id too (bound to a job id or not).
 	sqlDone = `SELECT job_id, run, array_job_id, array_task_id FROM juice_reservations

@@ -376,7 +376,7 @@ func (s *Store) SaveStatus(ctx context.Context, r *reconcile.Reservation, t reco
 	var notified string
 	err := s.pool.QueryRow(ctx, sqlSaveStatus, s.cluster, r.ID, st.Version, st.State, st.Reason, st.FailReason,
 		st.Requested, st.SessionID, st.Sealed, st.AgentAddress, readyAt, string(t.From), string(t.Event), t.Reason,
-		int64(st.SealedJobID)).
+		int64(st.SealedJobID), st.MaybeOrphans).
 		Scan(&st.UpdatedAt, &st.Version, &notified)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = reconcile.ErrConflict
@@ -444,6 +444,42 @@ func (s *Store) Open(ctx context.Context) ([]reconcile.Reservation, error) {
 		return nil, fmt.Errorf("open reservations: %w", err)
 	}
 	return rs, nil
+}
+
+// OpenIDs returns the ids of the open reservations, oldest first; with all false, only those that are not
+// steady (ready for a run that still wants it, with nothing else to do), which the liveness watch looks after.
+// It reads ids only: a re-list of 100,000 rows costs a few MiB, not the rows.
+func (s *Store) OpenIDs(ctx context.Context, all bool) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, sqlOpenIDs, s.cluster, all)
+	if err != nil {
+		return nil, fmt.Errorf("open reservation ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("open reservation ids: %w", err)
+	}
+	return ids, nil
+}
+
+// Ready returns the ready reservations as the liveness watch needs them: where each one's session should be.
+func (s *Store) Ready(ctx context.Context) ([]reconcile.ReadyRun, error) {
+	rows, err := s.pool.Query(ctx, sqlReady, s.cluster)
+	if err != nil {
+		return nil, fmt.Errorf("ready reservations: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.ReadyRun, error) {
+		var r reconcile.ReadyRun
+		var readyAt *time.Time
+		err := row.Scan(&r.ID, &r.Pool, &r.SessionID, &r.AgentAddress, &readyAt)
+		if readyAt != nil {
+			r.ReadyAt = *readyAt
+		}
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ready reservations: %w", err)
+	}
+	return out, nil
 }
 
 // Done returns the runs of the given jobs that will never be reserved again: their reservation failed, or the run
@@ -655,7 +691,7 @@ func scanAll(rows pgx.Rows, err error) ([]reconcile.Reservation, error) {
 		dest := []any{&r.ID, &r.Run.Cluster, &jobID, &r.Run.Run, &text, &r.UserName, &r.Account, &r.Partition, &r.CreatedAt,
 			&r.Spec.Wanted, &r.Spec.WantReason, &r.Spec.RunOver, &r.Spec.JobState, &r.Spec.JobReason,
 			&r.Status.State, &r.Status.Reason, &r.Status.FailReason, &r.Status.Requested, &r.Status.SessionID,
-			&r.Status.AgentAddress, &readyAt, &r.Status.UpdatedAt, &r.Status.Version, &array, &task, &sealedFor}
+			&r.Status.AgentAddress, &readyAt, &r.Status.UpdatedAt, &r.Status.Version, &array, &task, &sealedFor, &r.Status.MaybeOrphans}
 		if n := len(row.FieldDescriptions()); n > len(dest) {
 			var notified string // the notification column of sqlEnsure
 			dest = append(dest, &notified)

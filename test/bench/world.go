@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
@@ -216,7 +217,7 @@ func (w *World) StartController(cfg controller.Config) (*Running, error) {
 		return nil, err
 	}
 	c := &controller.Controller{Config: cfg, Store: w.Store, Slurm: w.Slurm, Juice: w.Juice, Key: session.StaticKey(w.Key),
-		Secret: w.secret, Log: logr.Discard(), Metrics: m, Listener: ln}
+		Secret: w.secret, Log: benchLog(), Metrics: m, Listener: ln}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -405,4 +406,13 @@ func Ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 // newJuice is the production client with its defaults (as cmd/juice-slurm builds it), pointed at a simulator.
 func newJuice(url, tokenFile string) (*juiceapi.HTTPClient, error) {
 	return juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: url, TokenFile: tokenFile})
+}
+
+// benchLog is the controllers' log: none, or with JUICE_BENCH_LOG=1 its errors and transitions on stderr (to find
+// why a benchmark stalls).
+func benchLog() logr.Logger {
+	if os.Getenv("JUICE_BENCH_LOG") == "" {
+		return logr.Discard()
+	}
+	return funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 1})
 }
