@@ -248,16 +248,25 @@ func writeP5(w io.Writer, r bench.P5Result) {
 	fmt.Fprintf(w, "| heap in use (HeapInuse) | %s |\n| live heap (HeapAlloc) | %s |\n| of which the scripted Slurm's jobs, before the controller started | %s |\n"+
 		"| Go runtime Sys | %s |\n| **RSS (VmRSS)** | **%s** |\n| peak RSS (VmHWM), while the sessions were made | %s |\n\n",
 		mib(r.HeapInuse), mib(r.HeapAlloc), mib(r.BaselineHeap), mib(r.Sys), mib(r.RSS), mib(r.PeakRSS))
-	fmt.Fprintf(w, "Goroutines: %d. **Standing cost** with nothing changing in Slurm, over %.0f s (one resync and the ready checks, "+
-		"both every 30 s, and %.0f polls): %.3f cores of the controller process, %.0f reconcile passes (%.0f/s) and %.0f GetSession "+
-		"calls to the Juice Controller (%.0f/s) and %.0f agent listings and reads (liveness per pool walk). One `Store.Open()` — which every poll and every resync runs — reads all %d open "+
-		"rows (without their sealed files): %s ms, %s MiB allocated.\n\n",
-		r.Goroutines, r.SteadyWall.Seconds(), r.SteadyPolls, r.SteadyCPU, r.SteadyPasses, r.SteadyPasses/r.SteadyWall.Seconds(),
-		r.SteadyGets, r.SteadyGets/r.SteadyWall.Seconds(), r.SteadyWalks, r.N, bench.Ms(r.OpenQuery), mib(r.OpenQueryAlloc))
+	periods := r.SteadyWall.Seconds() / 30
+	agents := float64((r.N + 8 + 7) / 8) // the simulated pool's agents (8 GPUs each), as NewWorld makes them
+	fmt.Fprintf(w, "Goroutines: %d. **Standing cost** with nothing changing in Slurm, over %.0f s (%.1f periods of the ready check and "+
+		"the resync, both every 30 s, and %.0f polls): %.3f cores of the controller process (target < 0.05), %.0f reconcile passes "+
+		"(%.1f/s), %.0f GetSession calls to the Juice Controller (%.1f/s) and %.0f agent listings and reads (the liveness watch's pool "+
+		"walks): %.2f calls per agent per period, on %.0f agents (target ≤ 1). One `Store.Open()` (full rows, without their "+
+		"sealed files; the poller's comparison reads it, resyncs read ids only) of %d open rows: %s ms, %s MiB allocated.\n\n",
+		r.Goroutines, r.SteadyWall.Seconds(), periods, r.SteadyPolls, r.SteadyCPU, r.SteadyPasses, r.SteadyPasses/r.SteadyWall.Seconds(),
+		r.SteadyGets, r.SteadyGets/r.SteadyWall.Seconds(), r.SteadyWalks, r.SteadyWalks/agents/periods, agents, r.N,
+		bench.Ms(r.OpenQuery), mib(r.OpenQueryAlloc))
 	fmt.Fprintf(w, "One `Poller.Poll` with slurmrestd answering \"nothing changed\" (a quiet cluster), %d open rows: %s ms wall, %s ms CPU, %s MiB allocated; "+
 		"at the default 2 s interval that is %.1f%% of a core for a controller with nothing to do.\n\n",
 		r.N, bench.Ms(r.Poll), bench.Ms(r.PollCPU), mib(r.PollAlloc), 100*r.PollCPU.Seconds()/2)
-	fmt.Fprintf(w, "Target ≤ 100 MiB: %s (RSS %s MiB, peak %s MiB).\n\n", verdict(r.RSS <= 100<<20 && r.PeakRSS <= 100<<20), mib(r.RSS), mib(r.PeakRSS))
+	// Issue 7's target is for 10,000 runs, issue 14's for 100,000.
+	target := uint64(100)
+	if r.N > 10000 {
+		target = 200
+	}
+	fmt.Fprintf(w, "Target ≤ %d MiB: %s (RSS %s MiB, peak %s MiB).\n\n", target, verdict(r.RSS <= target<<20 && r.PeakRSS <= target<<20), mib(r.RSS), mib(r.PeakRSS))
 }
 
 func writeP6(w io.Writer, r bench.P6Result) {
@@ -282,8 +291,8 @@ func writeP6(w io.Writer, r bench.P6Result) {
 func writeGrowth(w io.Writer, g bench.GrowthResult) {
 	fmt.Fprintf(w, "#### Reconcile passes per tracked run over uptime\n\n")
 	fmt.Fprintf(w, "%d ready runs, nothing changing in Slurm, `ReadyCheck` and `Resync` both %s (30 s each in production: the same "+
-		"schedule %.0f× faster). A fixed schedule gives %.0f passes per run per period (one ready check, one resync), whatever the "+
-		"uptime.\n\n", g.Runs, g.Period, (30*time.Second).Seconds()/g.Period.Seconds(), g.Expects)
+		"schedule %.0f× faster). Ready runs whose sessions stay alive get no pass: the liveness watch walks their pool instead "+
+		"(the first version gave %.0f passes per run per period, one ready check and one resync), whatever the uptime.\n\n", g.Runs, g.Period, (30*time.Second).Seconds()/g.Period.Seconds(), g.Expects)
 	fmt.Fprintf(w, "| period |")
 	for i := range g.PerRun {
 		fmt.Fprintf(w, " %d |", i+1)
