@@ -418,6 +418,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 	p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
 		Pace: c.Config.ListPace, FullListings: c.Config.FullListings, TrustComment: c.Config.TrustComment,
 		Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: rq.Add}
+	ja := &JobActor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
 	// Each actor hears of the changes it acts on: the reconciler of what observers want (its own status writes
 	// need no second pass), the job actor of what Slurm says and of the reconciler's moves.
 	defer hub.OnChange(func(ch notify.Change) {
@@ -427,8 +428,12 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 			rq.Add(ch.ID)
 		case store.KindSpec:
 			rq.Add(ch.ID)
-		case store.KindObserved, store.KindStatus:
+		case store.KindObserved:
 			jq.Add(ch.ID)
+		case store.KindStatus:
+			if ja.Moves(ch.ID, ch.State) {
+				jq.Add(ch.ID)
+			}
 		}
 	})()
 	relist := func() { c.relist(ctx, true, rq, jq) }
@@ -446,7 +451,6 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 	if c.Config.StateDir != "" {
 		rc.Files = &session.StateDir{Path: c.Config.StateDir}
 	}
-	ja := &JobActor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
 	var wg sync.WaitGroup
 	for i := 0; i < c.Config.Workers; i++ {
 		wg.Add(1)

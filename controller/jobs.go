@@ -36,6 +36,21 @@ type JobActor struct {
 	told map[uuid.UUID]string
 }
 
+// Moves says whether a reconciler's move of reservation id into state can give this actor something to do:
+// reconcile.DecideJob acts only on pending (a wait to tell), ready (a requeued run to let begin) and failed (a lost
+// session) reservations, and a run that stops waiting gets its request back in its comment. The other moves
+// (requesting, waiting, releasing, released: two of the three of every run served) cost no pass.
+func (a *JobActor) Moves(id uuid.UUID, state reconcile.State) bool {
+	switch state {
+	case reconcile.StatePending, reconcile.StateReady, reconcile.StateFailed:
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, told := a.told[id]
+	return told
+}
+
 // JobEnder ends a job's run for the JobActor: Requeue a batch job, Cancel an interactive one, and tell the
 // job's user why first (Notify: a line on srun's or salloc's terminal).
 type JobEnder interface {
