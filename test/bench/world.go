@@ -189,9 +189,6 @@ func (w *World) StartController(cfg controller.Config) (*Running, error) {
 		return nil, err
 	}
 	cfg.Cluster = Cluster
-	// No metrics listener: the default (the hook port + 1000, 127.0.0.1:8171 here) is the test bed's controller's,
-	// and a benchmark run beside make test took it from an e2e run. The benchmarks read the registry directly.
-	cfg.MetricsListen = "none"
 	if cfg.Holder == "" {
 		cfg.Holder = "bench"
 	}
