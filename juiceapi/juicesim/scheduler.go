@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sort"
 	"strings"
 	"time"
 
@@ -238,25 +239,38 @@ func (s *Sim) advanceLocked() {
 			}
 		}
 	}
-	for _, a := range s.agentList {
-		for _, ss := range append([]*session(nil), a.sessions...) {
-			if ss.state == juiceapi.StateCanceling && now.Sub(ss.since) >= s.cancelDelay {
-				s.closeLocked(ss, "cancelled")
-			}
+	for _, ss := range s.movingLocked() {
+		if ss.state == juiceapi.StateCanceling && now.Sub(ss.since) >= s.cancelDelay {
+			s.closeLocked(ss, "cancelled")
 		}
 	}
 	if s.dirty || s.assignDelay > 0 {
 		s.dirty = false
 		s.scheduleLocked(now)
 	}
-	for _, a := range s.agentList {
-		for _, ss := range a.sessions {
-			if ss.state == juiceapi.StateAssigned && now.Sub(ss.since) >= s.activateDelay {
-				ss.state, ss.since = juiceapi.StateActive, now
-				s.log.Info("session active", "session", ss.id, "agent", a.id)
-			}
+	for _, ss := range s.movingLocked() {
+		if ss.state == juiceapi.StateAssigned && now.Sub(ss.since) >= s.activateDelay {
+			ss.state, ss.since = juiceapi.StateActive, now
+			delete(s.moving, ss)
+			s.log.Info("session active", "session", ss.id, "agent", ss.agent.id)
 		}
 	}
+}
+
+// movingLocked lists the sessions a pass may move on, in the order they got their state (then by id), as the
+// agents' lists gave them before.
+func (s *Sim) movingLocked() []*session {
+	out := make([]*session, 0, len(s.moving))
+	for ss := range s.moving {
+		out = append(out, ss)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].since.Equal(out[j].since) {
+			return out[i].since.Before(out[j].since)
+		}
+		return out[i].id < out[j].id
+	})
+	return out
 }
 
 func allWhole(reqs []juiceapi.GPURequirements) bool {
@@ -332,6 +346,7 @@ func (s *Sim) assignLocked(ss *session, now time.Time) bool {
 		}
 		ss.agent, ss.grants = a, grants
 		ss.state, ss.since = juiceapi.StateAssigned, now
+		s.moving[ss] = struct{}{}
 		a.sessions = append(a.sessions, ss)
 		s.log.Info("session assigned", "session", ss.id, "agent", a.id, "address", a.address, "gpus", gpuIndexes(grants))
 		return true
@@ -359,6 +374,7 @@ func (s *Sim) closeLocked(ss *session, why string) {
 		a.sessions = removeSession(a.sessions, ss)
 	}
 	ss.state, ss.since = juiceapi.StateClosed, s.now()
+	delete(s.moving, ss)
 	s.dirty = true // freed VRAM may let a queued session in
 	s.log.Info("session closed", "session", ss.id, "reason", why)
 }
@@ -395,6 +411,9 @@ func (s *Sim) cancelLocked(id string) error {
 			s.setAgentStateLocked(ss.agent, juiceapi.AgentMissing, "exited: unable to cancel session")
 		}
 		ss.state, ss.since = juiceapi.StateCanceling, s.now()
+		if ss.agent != nil {
+			s.moving[ss] = struct{}{}
+		}
 		s.log.Info("session canceling", "session", ss.id)
 	}
 	s.maybeAdvanceLocked()
