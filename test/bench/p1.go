@@ -102,8 +102,8 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 	}
 	logf("P1: %d sessions ready; exec'ing the prolog hook %d times on each path", runs, runs)
 
-	// hooks/juice-config.sh as an installation has it, naming this world's controller and files.
-	configSh := filepath.Join(w.Dir, "juice-config.sh")
+	// hooks/juice-config.sh as an installation has it, naming this world's controller and files, the hook log too.
+	configSh, hookLog := filepath.Join(w.Dir, "juice-config.sh"), filepath.Join(w.Dir, "hooks.log")
 	if err := os.WriteFile(configSh, []byte(fmt.Sprintf(`JUICE_HOOK_BIN=%s
 JUICE_SLURM_BIN=%s
 JUICE_HOOK_URL=%s
@@ -111,16 +111,17 @@ JUICE_HOOK_CA=%s
 JUICE_HOOK_SECRET=%s
 JUICE_STATE_DIR=%s
 JUICE_PROLOG_WAIT=240s
+JUICE_HOOK_LOG=%s
 JUICE_EPILOG_WAIT=15s
-export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_SECRET JUICE_STATE_DIR JUICE_PROLOG_WAIT JUICE_EPILOG_WAIT
-`, hookBin, oldBin, rc.URL, rc.CA, secretFile, stateDir)), 0o644); err != nil {
+export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_LOG JUICE_HOOK_SECRET JUICE_STATE_DIR JUICE_PROLOG_WAIT JUICE_EPILOG_WAIT
+`, hookBin, oldBin, rc.URL, rc.CA, secretFile, stateDir, hookLog)), 0o644); err != nil {
 		return res, err
 	}
 	// slurmctld's environment (no PATH: it gives none), and the settings the config would export.
 	slurmctld := []string{"SLURM_CLUSTER_NAME=" + Cluster, "SLURM_JOB_RESTART_COUNT=0", "SLURM_JOB_USER=alice",
 		"SLURM_JOB_PARTITION=debug", "SPANK_JUICE_REQUEST=" + Request, "JUICE_CONFIG="}
 	direct := append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_HOOK_URL="+rc.URL, "JUICE_HOOK_CA="+rc.CA,
-		"JUICE_HOOK_SECRET="+secretFile, "JUICE_STATE_DIR="+stateDir)
+		"JUICE_HOOK_SECRET="+secretFile, "JUICE_STATE_DIR="+stateDir, "JUICE_HOOK_LOG="+hookLog)
 	paths := []struct {
 		name  string
 		out   *Stats
