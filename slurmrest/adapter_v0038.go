@@ -164,12 +164,9 @@ func (a *v0038Adapter) submitJob(ctx context.Context, c *Client, s JobSubmission
 		body.Job.Hold = &hold
 	}
 	if !s.Begin.IsZero() {
-		// An integer on v0.0.38, a string on v0.0.36/37: "uts<epoch>" parses as one in every release.
-		if a.ver == "v0.0.38" {
-			body.Job.BeginTime = s.Begin.Unix()
-		} else {
-			body.Job.BeginTime = "uts" + strconv.FormatInt(s.Begin.Unix(), 10)
-		}
+		// v0.0.38's document says an integer, but 22.05.8 refuses one (2054 "Unable to parse time"); Slurm's
+		// parse_time takes "uts<epoch>" on v0.0.36 to v0.0.38.
+		body.Job.BeginTime = "uts" + strconv.FormatInt(s.Begin.Unix(), 10)
 	}
 	r := a.req(http.MethodPost, "/job/submit", body, false)
 	resp, err := c.do(ctx, r)
