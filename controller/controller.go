@@ -59,7 +59,8 @@ type Config struct {
 	// Resync re-queues every open reservation that is not steady (ready, wanted, nothing to do), in case a wake-up
 	// was lost. Default 30s.
 	Resync time.Duration
-	// FullResync re-queues every open reservation, steady ones too. Default 10m.
+	// FullResync re-queues every open reservation, steady ones too. Default 1h: at 100,000 runs it is 100,000
+	// passes, and steady runs need none (the liveness watch looks after them; a reconnect of the hub re-lists all).
 	FullResync time.Duration
 	// Sweep is how often sessions at the controller are checked against the runs. Default 5m; <0 turns it off.
 	Sweep   time.Duration
@@ -112,7 +113,7 @@ func (c *Config) defaults() {
 	set(&c.WaitPoll, time.Second)
 	set(&c.ReadyCheck, 30*time.Second)
 	set(&c.Resync, 30*time.Second)
-	set(&c.FullResync, 10*time.Minute)
+	set(&c.FullResync, time.Hour)
 	set(&c.Sweep, 5*time.Minute)
 	set(&c.LeaseTTL, 15*time.Second)
 	set(&c.LeaseRenew, 5*time.Second)

@@ -37,9 +37,22 @@ func WalkPool(ctx context.Context, c Client, pool string, now time.Time) (*PoolV
 			}
 			a = *full
 		}
-		v.Agents = append(v.Agents, a)
+		v.Agents = append(v.Agents, slim(a))
 	}
 	return v, nil
+}
+
+// slim keeps of an agent what a view is read for: who it is, its state, and each session's id, state, address
+// and key. A view of a large pool is kept for a check period (reconcile.Liveness): 12,500 agents holding 100,000
+// sessions with their grants, labels and connections were about 70 MiB of the controller's heap.
+func slim(a Agent) Agent {
+	a.GPUs, a.Labels, a.Taints = nil, nil, nil
+	sessions := make([]Session, len(a.Sessions))
+	for i, s := range a.Sessions {
+		sessions[i] = Session{ID: s.ID, State: s.State, Address: s.Address, IdempotencyKey: s.Key()}
+	}
+	a.Sessions = sessions
+	return a
 }
 
 // ByKey returns the sessions carrying key that have not ended, with the agent holding each.

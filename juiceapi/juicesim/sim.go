@@ -46,10 +46,10 @@ type Sim struct {
 	// pass costs what is moving, not every agent and session: at 12,500 agents and 100,000 sessions a pass over
 	// all of them per request made the simulator, not the client, the bottleneck of a benchmark.
 	moving map[*session]struct{}
-	order     []*session // every session ever, in arrival order
-	queue     []*session // queued, in arrival order
-	keys      map[string]*session
-	dirty     bool // something changed that may let a queued session in
+	order  []*session // every session ever, in arrival order
+	queue  []*session // queued, in arrival order
+	keys   map[string]*session
+	dirty  bool // something changed that may let a queued session in
 
 	legacy       Legacy
 	crashed      string // why the controller "exited" (Legacy.CrashOnNeverFit); every /v1 call is dropped after

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -192,6 +193,12 @@ func P5Child(args []string) error {
 		Counter(m, "juice_slurm_juice_request_duration_seconds", "op", "get_agent") - walks0
 	runtime.GC()
 	runtime.GC()
+	if path := os.Getenv("JUICE_BENCH_HEAPPROFILE"); path != "" {
+		// What the live heap holds, for `go tool pprof -sample_index=inuse_space`.
+		if err := writeHeapProfile(path); err != nil {
+			return err
+		}
+	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	res.HeapInuse, res.HeapAlloc, res.Sys = ms.HeapInuse, ms.HeapAlloc, ms.Sys
@@ -258,4 +265,16 @@ func PassGrowth(ctx context.Context, runs, periods int, period time.Duration) (G
 		prev = p
 	}
 	return res, nil
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
