@@ -419,3 +419,25 @@ func TestOnlyRunsThatAskedTwiceWalkThePool(t *testing.T) {
 	}
 	require.Equal(t, int64(1), counted.lists.Load(), "one walk of the pool served the five lookups")
 }
+
+// A session the controller places at once costs the run two writes: the intent to ask, then the session queued
+// and active in one statement (the three moves are still three events).
+func TestSessionPlacedAtOnceIsTwoWrites(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 31}, gpus2)
+	_, err := h.reconciler(nil).Reconcile(ctx, r.ID)
+	require.NoError(t, err)
+	got, err := h.store.Get(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.StateReady, got.Status.State)
+	require.Equal(t, r.Status.Version+2, got.Status.Version, "status writes from pending to ready")
+	events, err := h.store.Events(ctx, r.ID)
+	require.NoError(t, err)
+	var moves []reconcile.State
+	for _, e := range events[1:] {
+		moves = append(moves, e.To)
+	}
+	require.Equal(t, []reconcile.State{reconcile.StateRequesting, reconcile.StateWaiting, reconcile.StateReady}, moves)
+}

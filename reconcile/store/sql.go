@@ -110,7 +110,8 @@ var (
 // The reconciler's statement: the status, based on the version it read.
 var (
 	// A row changed by another status write since it was read is left alone (no row comes back: ErrConflict).
-	// The update, its event and the notification are one statement: one round trip, one implicit transaction.
+	// The update, its events (one per transition, in order) and the notification are one statement: one round
+	// trip, one implicit transaction.
 	// The sealed session file is kept when $9 is NULL, and dropped once the reservation is final.
 	sqlSaveStatus = `WITH u AS (
 			UPDATE juice_reservations SET
@@ -123,7 +124,8 @@ var (
 			RETURNING cluster, id, state, updated_at, version),
 		e AS (
 			INSERT INTO juice_events (reservation_id, from_state, to_state, event, reason)
-			SELECT u.id, $12, $4, $13, $14 FROM u)
+			SELECT u.id, x.f, x.t, x.ev, x.why FROM u, unnest($12::text[], $17::text[], $13::text[], $14::text[])
+				WITH ORDINALITY AS x(f, t, ev, why, n) ORDER BY x.n)
 		SELECT u.updated_at, u.version, ` + notify("u", "status") + ` FROM u`
 )
 

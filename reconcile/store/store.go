@@ -365,18 +365,26 @@ func (s *Store) Sealed(ctx context.Context, id uuid.UUID) ([]byte, error) {
 	return b, nil
 }
 
-// SaveStatus writes r's status (read at r.Status.Version) and the transition t as an event, and announces it. A
-// status changed by someone else since r was read gives ErrConflict; observers' writes never do.
-func (s *Store) SaveStatus(ctx context.Context, r *reconcile.Reservation, t reconcile.Transition) error {
+// SaveStatus writes r's status (read at r.Status.Version) and the transitions that led to it as events, in order,
+// and announces it once. A status changed by someone else since r was read gives ErrConflict; observers' writes
+// never do.
+func (s *Store) SaveStatus(ctx context.Context, r *reconcile.Reservation, ts ...reconcile.Transition) error {
+	if len(ts) == 0 {
+		return fmt.Errorf("save reservation %s of %s: no transition", r.ID, r.Run)
+	}
 	st := &r.Status
 	var readyAt *time.Time
 	if !st.ReadyAt.IsZero() {
 		readyAt = &st.ReadyAt
 	}
+	from, to, events, reasons := make([]string, len(ts)), make([]string, len(ts)), make([]string, len(ts)), make([]string, len(ts))
+	for i, t := range ts {
+		from[i], to[i], events[i], reasons[i] = string(t.From), string(t.To), string(t.Event), t.Reason
+	}
 	var notified string
 	err := s.pool.QueryRow(ctx, sqlSaveStatus, s.cluster, r.ID, st.Version, st.State, st.Reason, st.FailReason,
-		st.Requested, st.SessionID, st.Sealed, st.AgentAddress, readyAt, string(t.From), string(t.Event), t.Reason,
-		int64(st.SealedJobID), st.MaybeOrphans).
+		st.Requested, st.SessionID, st.Sealed, st.AgentAddress, readyAt, from, events, reasons,
+		int64(st.SealedJobID), st.MaybeOrphans, to).
 		Scan(&st.UpdatedAt, &st.Version, &notified)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = reconcile.ErrConflict

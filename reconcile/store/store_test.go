@@ -447,3 +447,31 @@ func TestPruneTakesEveryBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(pruneBatch*2+17), n)
 }
+
+// Several moves of one pass are one write: the row takes the last state, every move is an event, in order.
+func TestSaveStatusWritesEveryMoveAsAnEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s := newStores(t, "c")
+	r, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: 11}, Request: request.Request{Pool: "p", GPUs: 1}})
+	move(t, s, &r, reconcile.EventRequest, "asking")
+	var ts []reconcile.Transition
+	for _, ev := range []reconcile.Event{reconcile.EventQueued, reconcile.EventActive} {
+		tr, err := reconcile.Apply(&r, ev, "then "+string(ev), time.Now())
+		require.NoError(t, err)
+		ts = append(ts, tr)
+	}
+	version := r.Status.Version
+	require.NoError(t, s.SaveStatus(ctx, &r, ts...))
+	require.Equal(t, version+1, r.Status.Version, "one write")
+	got, err := s.Get(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.StateReady, got.Status.State)
+	events, err := s.Events(ctx, r.ID)
+	require.NoError(t, err)
+	require.Len(t, events, 4, "created, then the three moves")
+	require.Equal(t, []reconcile.State{reconcile.StateRequesting, reconcile.StateWaiting, reconcile.StateReady},
+		[]reconcile.State{events[1].To, events[2].To, events[3].To})
+	require.Equal(t, reconcile.StateWaiting, events[3].From)
+	require.Error(t, s.SaveStatus(ctx, &r), "a write without a move")
+}
