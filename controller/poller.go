@@ -26,6 +26,7 @@ type Slurm interface {
 	// then lists at every poll).
 	CanTrackStates(ctx context.Context) (bool, error)
 	JobStates(ctx context.Context, ids []uint32) ([]slurmrest.JobStatus, error)
+	AllJobStates(ctx context.Context) ([]slurmrest.JobStatus, error)
 }
 
 // ListPace paces the full listings of the queue when the open reservations' jobs can be tracked by their states.
@@ -68,8 +69,9 @@ func (l ListPace) after(wall time.Duration) time.Duration {
 // reservation and never acts on Slurm. A poll costs slurmctld either one conditional listing of the queue
 // (update_time: "nothing changed" is cheap, any change returns every job), or, between listings paced by what they
 // cost (ListPace) and when the API has it (v0.0.40+), the states of the open reservations' jobs only (JobStates,
-// one light RPC per 400 jobs) and one GET for each of those whose state changed. A single GET also confirms that a
-// job missing from the listing is really gone. From what it knows of the Juice jobs it
+// one light RPC per 400 jobs) and one GET for each of those whose state changed, and, paced the same way, a
+// discovery of the jobs submitted since (every job's state, then one GET per new job id). A single GET also
+// confirms that a job missing from the listing is really gone. From what it knows of the Juice jobs it
 //
 //   - creates a pending reservation for each Juice job that wants one now: CONFIGURING, RUNNING or SUSPENDED, or
 //     PENDING and picked by the look-ahead policy (the store decides whether the run may be reserved);
@@ -91,6 +93,10 @@ type Poller struct {
 	Now     func() time.Time
 	// Pace paces the listings while known runs are tracked by their states; the zero value is DefaultListPace.
 	Pace ListPace
+	// DiscoverPace paces the discovery of new jobs between listings: every job's state (AllJobStates, a small
+	// record each), and one GET for each job id not seen before. The zero value is DefaultListPace: the rule is
+	// the same, and since the states cost far less than a listing, discoveries come far more often.
+	DiscoverPace ListPace
 	// FullListings lists the queue at every poll and never tracks states: the design before issue 14, kept to
 	// compare with (test/bench/cmd/juice-bench-scale) and as a way out.
 	FullListings bool
@@ -106,6 +112,10 @@ type Poller struct {
 	track    trackMode
 	nextList time.Time         // the next listing is due then (tracking only)
 	known    []reconcile.RunID // the open reservations' bound runs, as of the last comparison: what is tracked
+	// seen holds every job id of the last listing or discovery, Juice job or not: an id not in it is new.
+	seen         map[uint32]bool
+	nextDiscover time.Time
+	discoverWall time.Duration // the last discovery's AllJobStates took so long
 }
 
 type trackMode int
@@ -160,6 +170,13 @@ func (p *Poller) Poll(ctx context.Context) error {
 		changed, err := p.trackKnown(ctx)
 		if err != nil {
 			return err
+		}
+		if !now.Before(p.nextDiscover) {
+			found, err := p.discover(ctx, now)
+			if err != nil {
+				return err
+			}
+			changed = changed || found
 		}
 		unchanged = !changed
 	}
@@ -295,7 +312,9 @@ func (p *Poller) list(ctx context.Context, now time.Time) (unchanged bool, err e
 		return true, nil
 	}
 	snapshot := map[uint32]slurmrest.Job{}
+	seen := make(map[uint32]bool, len(list.Jobs))
 	for _, j := range list.Jobs {
+		seen[j.ID] = true
 		_, err := JobRequest(&j, p.TrustComment)
 		switch {
 		case err == nil:
@@ -304,8 +323,46 @@ func (p *Poller) list(ctx context.Context, now time.Time) (unchanged bool, err e
 			p.Log.V(1).Info("job carries a malformed Juice request; ignored", "job", j.ID, "error", err.Error())
 		}
 	}
-	p.snapshot, p.since = snapshot, list.LastUpdate
+	p.snapshot, p.since, p.seen = snapshot, list.LastUpdate, seen
+	// The listing knows every job: the next discovery is paced from its end, by the last discovery's cost.
+	p.nextDiscover = now.Add(wall + p.DiscoverPace.after(p.discoverWall))
 	return false, nil
+}
+
+// discover finds the Juice jobs submitted since the last listing or discovery without listing the queue: every
+// job's state (a small record each), and one GET for each id not seen before that is still pending or running.
+// An array's elements are left to the listings. found is true when a new Juice job joined the snapshot.
+func (p *Poller) discover(ctx context.Context, now time.Time) (found bool, err error) {
+	start := time.Now()
+	states, err := p.Slurm.AllJobStates(ctx)
+	p.Metrics.observeSlurm("all_job_states", err)
+	if err != nil {
+		return false, fmt.Errorf("poll slurmrestd for every job's state: %w", err)
+	}
+	wall := time.Since(start)
+	p.discoverWall = wall
+	p.nextDiscover = now.Add(wall + p.DiscoverPace.after(wall))
+	seen := make(map[uint32]bool, len(states))
+	for _, st := range states {
+		seen[st.ID] = true
+		if st.HasTask || p.seen[st.ID] || st.State.IsFinished() {
+			continue
+		}
+		j, err := p.Slurm.GetJob(ctx, st.ID)
+		p.Metrics.observeSlurm("get_job", err)
+		switch {
+		case errors.Is(err, slurmrest.ErrNotFound):
+			continue
+		case err != nil:
+			return false, fmt.Errorf("read new job %d: %w", st.ID, err)
+		}
+		if _, err := JobRequest(j, p.TrustComment); err == nil && !j.Remainder() {
+			p.snapshot[j.ID] = *j
+			found = true
+		}
+	}
+	p.seen = seen
+	return found, nil
 }
 
 // trackKnown updates the snapshot's entries of the known runs' jobs from their states: a job whose state differs

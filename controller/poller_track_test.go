@@ -14,12 +14,13 @@ import (
 
 const trackReq = "juice:v1:pool=test,gpus=1"
 
-// trackingPoller is a poller whose listings are an hour apart (ListPace) on a clock the test moves.
+// trackingPoller is a poller whose listings and discoveries are an hour apart (ListPace) on a clock the test moves.
 func trackingPoller(h *harness) (*Poller, *time.Time) {
 	p, _ := h.poller()
 	clock := time.Now()
 	p.Now = func() time.Time { return clock }
 	p.Pace = ListPace{Factor: 10, Min: time.Hour, Max: time.Hour}
+	p.DiscoverPace = p.Pace
 	return p, &clock
 }
 
@@ -101,7 +102,8 @@ func TestPollerTrackingSeesRequeueAndVanish(t *testing.T) {
 	require.Equal(t, "GONE", r4.Spec.JobState)
 }
 
-// New Juice jobs are found by the listings alone: a job submitted between listings waits for the next one.
+// Without discoveries, new Juice jobs are found by the listings alone: a job submitted between listings waits for
+// the next one.
 func TestPollerDiscoversNewJobsAtListingPace(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -123,6 +125,41 @@ func TestPollerDiscoversNewJobsAtListingPace(t *testing.T) {
 	require.NoError(t, p.Poll(ctx))
 	require.Equal(t, 2, h.slurm.Lists())
 	require.Equal(t, "CONFIGURING", h.run(t, 6, 0).Spec.JobState)
+}
+
+// Between listings, a discovery (every job's state) finds the jobs submitted since, at one GET per new job id, Juice
+// job or not; a job seen once is not read again, and an ended one not at all.
+func TestPollerDiscoversNewJobsBetweenListings(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	p, clock := trackingPoller(h)
+	p.DiscoverPace = ListPace{Factor: 10, Min: time.Minute, Max: time.Minute}
+	h.slurm.Set(fakeslurm.JuiceJob(5, 0, slurmrest.StateRunning, trackReq))
+	churn(h, 3) // in the first listing: seen
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, 1, h.slurm.Lists())
+
+	h.slurm.Set(fakeslurm.JuiceJob(6, 0, slurmrest.StatePending, trackReq),
+		slurmrest.Job{ID: 7, State: slurmrest.StatePending, StateReason: "Priority", UserName: "bob"},
+		slurmrest.Job{ID: 8, State: slurmrest.StateCompleted, UserName: "bob"})
+	*clock = clock.Add(30 * time.Second)
+	require.NoError(t, p.Poll(ctx))
+	require.Zero(t, h.slurm.AllStates(), "no discovery before DiscoverPace says")
+	_, err := h.store.ForRun(ctx, reconcile.RunID{Cluster: "c1", JobID: 6})
+	require.Error(t, err, "not discovered yet")
+
+	*clock = clock.Add(31 * time.Second)
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, 1, h.slurm.AllStates())
+	require.Equal(t, 1, h.slurm.Lists(), "found without a listing")
+	require.Equal(t, 2, h.slurm.Gets(), "one GET per new live job id: 6 and 7, not the ended 8 nor the listed ones")
+	require.True(t, h.run(t, 6, 0).Spec.Wanted, "reserved ahead once discovered")
+
+	*clock = clock.Add(2 * time.Minute)
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, 2, h.slurm.AllStates())
+	require.Equal(t, 2, h.slurm.Gets(), "ids seen once are not read again")
 }
 
 // Without jobs/state (Slurm 22.05) and with FullListings, every poll lists, as before.

@@ -319,12 +319,13 @@ func (a *v0040Adapter) canTrackStates() bool { return true }
 // (nginx's large_client_header_buffers) a site may put in front of slurmrestd.
 const StatesBatch = 400
 
-// jobStates asks GET jobs/state/ for the ids, StatesBatch at a time. The documented form is a CSV list
+// jobStates asks GET jobs/state/ for the ids, StatesBatch at a time (nil ids: every job, in one request). The documented form is a CSV list
 // (job_id=1,2), but 24.11.5 refuses it (400 "Unable to parse query") and 26.05.5 fails it (500 "Unspecified
 // error"); both take the parameter repeated (job_id=1&job_id=2), the form used here.
 func (a *v0040Adapter) jobStates(ctx context.Context, c *Client, ids []uint32) ([]JobStatus, error) {
 	out := make([]JobStatus, 0, len(ids))
-	for len(ids) > 0 {
+	all := ids == nil // every job: one request without job_id
+	for all || len(ids) > 0 {
 		batch := ids[:min(len(ids), StatesBatch)]
 		ids = ids[len(batch):]
 		var q strings.Builder
@@ -335,7 +336,12 @@ func (a *v0040Adapter) jobStates(ctx context.Context, c *Client, ids []uint32) (
 			q.WriteString("job_id=")
 			q.WriteString(strconv.FormatUint(uint64(id), 10))
 		}
-		r := a.req(http.MethodGet, "/jobs/state/?"+q.String(), nil, true)
+		path := "/jobs/state/"
+		if !all {
+			path += "?" + q.String()
+		}
+		all = false
+		r := a.req(http.MethodGet, path, nil, true)
 		resp, err := c.do(ctx, r)
 		if err != nil {
 			return nil, err

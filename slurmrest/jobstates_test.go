@@ -121,3 +121,25 @@ func TestJobStatesBadEntry(t *testing.T) {
 	_, err = c.JobStates(context.Background(), []uint32{5})
 	require.ErrorContains(t, err, `"abc"`)
 }
+
+// AllJobStates is one request without job_id; v0.0.3x has none.
+func TestAllJobStates(t *testing.T) {
+	var queries []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries = append(queries, r.URL.Path+"?"+r.URL.RawQuery)
+		w.Write([]byte(`{"jobs":[{"job_id":"5","state":["PENDING"]},{"job_id":"9_2","state":["RUNNING"]}],"errors":[]}`))
+	}))
+	defer srv.Close()
+	c, err := slurmrest.New(slurmrest.Config{BaseURL: srv.URL, Version: "v0.0.45"})
+	require.NoError(t, err)
+	got, err := c.AllJobStates(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []string{"/slurm/v0.0.45/jobs/state/?"}, queries)
+	require.Len(t, got, 2)
+	assert.Equal(t, slurmrest.JobStatus{ID: 9, Task: 2, HasTask: true, State: slurmrest.StateRunning}, got[1])
+	old, err := slurmrest.New(slurmrest.Config{BaseURL: srv.URL, Version: "v0.0.38"})
+	require.NoError(t, err)
+	_, err = old.AllJobStates(context.Background())
+	require.ErrorIs(t, err, slurmrest.ErrUnsupported)
+	assert.Len(t, queries, 1)
+}

@@ -15,12 +15,13 @@ import (
 
 // Slurm is the scripted slurmrestd.
 type Slurm struct {
-	mu      sync.Mutex
-	jobs    map[uint32]slurmrest.Job
-	changed time.Time
-	lists   int
-	gets    int
-	states  int
+	mu        sync.Mutex
+	jobs      map[uint32]slurmrest.Job
+	changed   time.Time
+	lists     int
+	gets      int
+	states    int
+	allStates int
 	// legacy: no jobs/state endpoint, as slurmrestd of 22.05 (v0.0.38)
 	legacy  bool
 	updates []slurmrest.JobUpdate
@@ -228,6 +229,25 @@ func (f *Slurm) JobStates(ctx context.Context, ids []uint32) ([]slurmrest.JobSta
 		return fn(ctx, ids, f.jobStates)
 	}
 	return f.jobStates(ctx, ids)
+}
+
+// AllJobStates answers with every job's state, as GET jobs/state/ without job_id.
+func (f *Slurm) AllJobStates(ctx context.Context) ([]slurmrest.JobStatus, error) {
+	f.mu.Lock()
+	f.allStates++
+	ids := make([]uint32, 0, len(f.jobs))
+	for id := range f.jobs {
+		ids = append(ids, id)
+	}
+	f.mu.Unlock()
+	return f.jobStates(ctx, ids)
+}
+
+// AllStates counts AllJobStates calls.
+func (f *Slurm) AllStates() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.allStates
 }
 
 func (f *Slurm) jobStates(_ context.Context, ids []uint32) ([]slurmrest.JobStatus, error) {

@@ -138,8 +138,9 @@ func run(ctx context.Context, cfg config, env testbed.Env) error {
 		"polling every %s (the controller's default) over a database of its own, without a reconciler (reservations stay "+
 		"pending); its look-ahead window (8 days) reserves every Juice job, so each new one measures freshness. *full listings* is "+
 		"the design before issue 14 (`FullListings`: one conditional `GET jobs?update_time` per poll); *tracking* is the poller "+
-		"now: the open reservations' jobs by `GET jobs/state/` between listings paced by `ListPace` (default: the next listing no "+
-		"sooner than 10 × the last one's wall time, no later than %s after it). CPU is utime+stime of the daemon's process over "+
+		"now: the open reservations' jobs by `GET jobs/state/?job_id=...` and new jobs by a discovery (`GET jobs/state/`, every "+
+		"job's state, then one GET per new job id), between listings; listings and discoveries are each paced by `ListPace` "+
+		"(default: no sooner than 10 × the last one's wall time, no later than %s after it). CPU is utime+stime of the daemon's process over "+
 		"the phase, per minute; *caused* is the phase's CPU minus the mean of the two baselines'. The listing's work is mostly slurmrestd's (it turns slurmctld's reply into JSON), so both daemons are shown. Freshness: from a new "+
 		"Juice job's submission to its reservation's creation (the first poll that saw it).\n\n",
 		"`"+juiceReq+"`", cfg.phase, cfg.newEvery, cfg.poll, controller.DefaultListPace.Max)
@@ -251,6 +252,7 @@ type phase struct {
 	polls, errs   int64
 	lists, states int64
 	gets          int64
+	discoveries   int64
 	listWall      time.Duration // summed
 	firstPoll     time.Duration
 	reservedFirst int
@@ -284,6 +286,7 @@ func (b *bench) measure(ctx context.Context, size int) (*result, error) {
 type counting struct {
 	controller.Slurm
 	lists, states, gets atomic.Int64
+	all                 atomic.Int64 // discoveries (every job's state)
 	listWall            atomic.Int64
 }
 
@@ -298,6 +301,11 @@ func (c *counting) ListJobs(ctx context.Context, since time.Time) (slurmrest.Job
 func (c *counting) GetJob(ctx context.Context, id uint32) (*slurmrest.Job, error) {
 	c.gets.Add(1)
 	return c.Slurm.GetJob(ctx, id)
+}
+
+func (c *counting) AllJobStates(ctx context.Context) ([]slurmrest.JobStatus, error) {
+	c.all.Add(1)
+	return c.Slurm.AllJobStates(ctx)
 }
 
 func (c *counting) JobStates(ctx context.Context, ids []uint32) ([]slurmrest.JobStatus, error) {
@@ -364,6 +372,7 @@ func (b *bench) runPhase(ctx context.Context, ph *phase) error {
 			return fmt.Errorf("the first poll reserved %d of the %d Juice jobs: the look-ahead did not pick them all", ph.reservedFirst, len(b.juice))
 		}
 		cs.lists.Store(0)
+		cs.all.Store(0)
 		cs.states.Store(0)
 		cs.gets.Store(0)
 		cs.listWall.Store(0)
@@ -446,7 +455,7 @@ loop:
 		return nil
 	}
 	ph.polls = polls.Load() // the minute's, not the tail's
-	ph.lists, ph.states, ph.gets = cs.lists.Load(), cs.states.Load(), cs.gets.Load()
+	ph.lists, ph.states, ph.gets, ph.discoveries = cs.lists.Load(), cs.states.Load(), cs.gets.Load(), cs.all.Load()
 	ph.listWall = time.Duration(cs.listWall.Load())
 
 	// The tail: the poller may still reserve the minute's last new jobs (not measured for CPU).
@@ -588,15 +597,15 @@ func (r *result) write(md *strings.Builder) {
 	base /= float64(max(nb, 1))
 	baseRest /= float64(max(nb, 1))
 	fmt.Fprintf(md, "## %d queued jobs, %d of them Juice jobs\n\n", r.size, r.juice)
-	fmt.Fprintf(md, "| phase | slurmctld CPU s/min | caused by the controller | slurmrestd CPU s/min | caused by the controller |  polls | listings | listing wall, mean s | job-state requests | GETs | first poll s | freshness p50 / max s | new Juice jobs not reserved |\n")
-	fmt.Fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(md, "| phase | slurmctld CPU s/min | caused by the controller | slurmrestd CPU s/min | caused by the controller |  polls | listings | listing wall, mean s | job-state requests (known runs) | discoveries (every job's state) | GETs | first poll s | freshness p50 / max s | new Juice jobs not reserved |\n")
+	fmt.Fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, ph := range r.phases {
 		if ph.skipped != "" {
-			fmt.Fprintf(md, "| %s | %s | | | | | | | | | | | |\n", ph.name, ph.skipped)
+			fmt.Fprintf(md, "| %s | %s | | | | | | | | | | | | |\n", ph.name, ph.skipped)
 			continue
 		}
 		if ph.design == "" {
-			fmt.Fprintf(md, "| %s | %.2f | | %.2f | | | | | | | | | |\n", ph.name, ph.ctld, ph.restd)
+			fmt.Fprintf(md, "| %s | %.2f | | %.2f | | | | | | | | | | |\n", ph.name, ph.ctld, ph.restd)
 			continue
 		}
 		wall := "–"
@@ -612,8 +621,8 @@ func (r *result) write(md *strings.Builder) {
 		if ph.errs > 0 {
 			errs = fmt.Sprintf(" (%d failed)", ph.errs)
 		}
-		fmt.Fprintf(md, "| %s | %.2f | %.2f | %.2f | %.2f | %d%s | %d | %s | %d | %d | %.1f | %s | %d of %d |\n", ph.name, ph.ctld, ph.ctld-base,
-			ph.restd, ph.restd-baseRest, ph.polls, errs, ph.lists, wall, ph.states, ph.gets, ph.firstPoll.Seconds(), fresh, ph.unseen, ph.newJobs)
+		fmt.Fprintf(md, "| %s | %.2f | %.2f | %.2f | %.2f | %d%s | %d | %s | %d | %d | %d | %.1f | %s | %d of %d |\n", ph.name, ph.ctld, ph.ctld-base,
+			ph.restd, ph.restd-baseRest, ph.polls, errs, ph.lists, wall, ph.states, ph.discoveries, ph.gets, ph.firstPoll.Seconds(), fresh, ph.unseen, ph.newJobs)
 	}
 	fmt.Fprintf(md, "\n")
 }
