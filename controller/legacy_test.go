@@ -441,3 +441,39 @@ func TestSessionPlacedAtOnceIsTwoWrites(t *testing.T) {
 	}
 	require.Equal(t, []reconcile.State{reconcile.StateRequesting, reconcile.StateWaiting, reconcile.StateReady}, moves)
 }
+
+// failingAgents fails every agent read, as an overloaded controller would.
+type failingAgents struct{ juiceapi.Client }
+
+func (failingAgents) GetAgent(context.Context, string) (*juiceapi.Agent, error) {
+	return nil, juiceapi.ErrUnavailable
+}
+
+// A pool that cannot be walked leaves its ready runs for the next period: handing each of them to the reconciler
+// would only make each fail on the same walk (one failed walk of 100,000 ready runs was 60,000 passes a minute).
+// A walk that works names only the runs whose session is gone.
+func TestLivenessWatchSkipsAPoolItCannotWalk(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	rc := h.reconciler(nil)
+	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 41}, gpus2)
+	got := h.driveTo(rc, r.ID, reconcile.StateReady)
+	runs, err := h.store.Ready(ctx)
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	runs[0].ReadyAt = got.Status.ReadyAt.Add(-time.Minute) // before any walk
+
+	suspects, err := (&reconcile.Liveness{Juice: failingAgents{h.juice}}).Suspects(ctx, runs)
+	require.Error(t, err)
+	require.Empty(t, suspects)
+
+	l := &reconcile.Liveness{Juice: h.juice}
+	suspects, err = l.Suspects(ctx, runs)
+	require.NoError(t, err)
+	require.Empty(t, suspects, "its session is alive")
+	require.NoError(t, h.sim.Sim.Cancel(got.Status.SessionID))
+	suspects, err = (&reconcile.Liveness{Juice: h.juice}).Suspects(ctx, runs)
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{r.ID}, suspects, "its session ended")
+}
