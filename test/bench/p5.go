@@ -182,8 +182,22 @@ func P5Child(args []string) error {
 		Counter(m, "juice_slurm_juice_request_duration_seconds", "op", "get_session")
 	walks0 := Counter(m, "juice_slurm_juice_request_duration_seconds", "op", "list_agents") +
 		Counter(m, "juice_slurm_juice_request_duration_seconds", "op", "get_agent")
+	if path := os.Getenv("JUICE_BENCH_CPUPROFILE"); path != "" {
+		// Where the standing cost goes, for `go tool pprof`.
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	cpu0, t0 := procCPU(), time.Now()
 	time.Sleep(SteadyWindow)
+	if os.Getenv("JUICE_BENCH_CPUPROFILE") != "" {
+		pprof.StopCPUProfile()
+	}
 	res.SteadyWall = time.Since(t0)
 	res.SteadyCPU = (procCPU() - cpu0).Seconds() / res.SteadyWall.Seconds()
 	res.SteadyPolls = Counter(m, "juice_slurm_polls_total") - polls0
