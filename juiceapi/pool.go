@@ -17,6 +17,9 @@ type PoolView struct {
 	// Taken is when the walk started: a session that became ready later may be missing from it.
 	Taken  time.Time
 	Agents []Agent
+
+	indexOnce sync.Once
+	index     map[string][2]int // session id -> (agent, session) in Agents
 }
 
 // walkReads is how many agents a walk reads at once: a pool of 12,500 agents read one at a time took longer than
@@ -103,16 +106,25 @@ func (v *PoolView) ByKey(key string) (sessions []Session, agents []string) {
 }
 
 // Find returns the session with id and the agent that holds it; nil when no agent seen holds it.
+// The view's index is built at the first Find: the liveness watch looks up every ready run in one view, and a
+// scan per lookup was 100,000 runs × 100,000 sessions (a core for a minute every check period).
 func (v *PoolView) Find(id string) (*Session, *Agent) {
-	for i := range v.Agents {
-		a := &v.Agents[i]
-		for j := range a.Sessions {
-			if a.Sessions[j].ID == id {
-				return &a.Sessions[j], a
+	v.indexOnce.Do(func() {
+		v.index = map[string][2]int{}
+		for i := range v.Agents {
+			for j := range v.Agents[i].Sessions {
+				if _, seen := v.index[v.Agents[i].Sessions[j].ID]; !seen {
+					v.index[v.Agents[i].Sessions[j].ID] = [2]int{i, j}
+				}
 			}
 		}
+	})
+	at, ok := v.index[id]
+	if !ok {
+		return nil, nil
 	}
-	return nil, nil
+	a := &v.Agents[at[0]]
+	return &a.Sessions[at[1]], a
 }
 
 // ParsePools reads "name=id,name=id" (HTTPConfig.Pools); "" is no map.
