@@ -20,6 +20,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/controller/notify"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
@@ -134,6 +135,13 @@ func P6(ctx context.Context, trials, fallbackTrials int) (P6Result, error) {
 					firstErr = err
 					break
 				}
+				// A real file sealed for the run: the prolog hands out only a file whose header names its run.
+				sealed, err := session.Seal(w.Key, session.Binding{Cluster: Cluster, JobID: job, Reservation: r.ID},
+					[]session.EnvVar{{Name: "JUICE_SESSION_ID", Value: "bench"}})
+				if err != nil {
+					firstErr = err
+					break
+				}
 				ready := make(chan struct{})
 				armed.mu.Lock()
 				armed.armed[r.ID] = ready
@@ -141,7 +149,7 @@ func P6(ctx context.Context, trials, fallbackTrials int) (P6Result, error) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					d, err := p6Trial(ctx, url, w.Secret, job, r.ID, ready, mode.hub, writer, &mu)
+					d, err := p6Trial(ctx, url, w.Secret, job, r.ID, sealed, ready, mode.hub, writer, &mu)
 					mu.Lock()
 					defer mu.Unlock()
 					if err != nil && firstErr == nil {
@@ -173,7 +181,7 @@ func P6(ctx context.Context, trials, fallbackTrials int) (P6Result, error) {
 
 // p6Trial starts a waiting prolog call for job, commits the reservation's move to ready once the call is
 // armed, and returns the time from just before COMMIT to the reply's last byte at the client.
-func p6Trial(ctx context.Context, url string, secret []byte, job uint32, id uuid.UUID, armed chan struct{}, hub bool,
+func p6Trial(ctx context.Context, url string, secret []byte, job uint32, id uuid.UUID, sealed []byte, armed chan struct{}, hub bool,
 	writer *pgx.Conn, writerMu *sync.Mutex) (time.Duration, error) {
 	type result struct {
 		at  time.Time
@@ -219,7 +227,7 @@ func p6Trial(ctx context.Context, url string, secret []byte, job uint32, id uuid
 	// The same statements as store.SaveStatus (update, event row, pg_notify) in one transaction; the clock starts
 	// just before COMMIT, which is when PostgreSQL delivers the notification.
 	writerMu.Lock()
-	t0, err := commitReady(ctx, writer, id)
+	t0, err := commitReady(ctx, writer, id, sealed)
 	writerMu.Unlock()
 	if err != nil {
 		return 0, err
@@ -235,15 +243,17 @@ func p6Trial(ctx context.Context, url string, secret []byte, job uint32, id uuid
 	}
 }
 
-func commitReady(ctx context.Context, c *pgx.Conn, id uuid.UUID) (time.Time, error) {
+func commitReady(ctx context.Context, c *pgx.Conn, id uuid.UUID, sealed []byte) (time.Time, error) {
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		return time.Time{}, err
 	}
 	defer tx.Rollback(context.Background())
+	// sealed_job_id: the file is sealed for the run's job (session files v2), else the prolog keeps waiting.
 	if _, err := tx.Exec(ctx, `UPDATE juice_reservations SET state = 'ready', reason = 'benchmark: ready',
-		sealed = $2, session_id = 'bench', ready_at = now(), updated_at = now(), version = version + 1 WHERE id = $1`,
-		id, []byte("JUICE-SESSION v1 benchmark\n0123456789ab")); err != nil {
+		sealed = $2, sealed_job_id = job_id, session_id = 'bench', ready_at = now(), updated_at = now(),
+		version = version + 1 WHERE id = $1`,
+		id, sealed); err != nil {
 		return time.Time{}, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO juice_events (reservation_id, from_state, to_state, event, reason)
