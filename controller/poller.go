@@ -189,7 +189,7 @@ func (p *Poller) Poll(ctx context.Context) error {
 	p.quiet = 0
 	p.unsettled = true
 
-	open, err := p.Store.Open(ctx)
+	open, err := p.Store.Tracked(ctx)
 	if err != nil {
 		return err
 	}

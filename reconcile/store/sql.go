@@ -147,6 +147,9 @@ var (
 		WHERE cluster = $1 AND state NOT IN ('released', 'failed') ORDER BY created_at`
 	sqlOpenIDs = `SELECT id FROM juice_reservations WHERE cluster = $1 AND state NOT IN ('released', 'failed')
 		AND ($2 OR NOT ` + steady + `) ORDER BY created_at`
+	// The open runs as the poller compares them with Slurm: which run, where it stands, what Slurm said last.
+	sqlTracked = `SELECT id, job_id, run, array_job_id, array_task_id, state, job_state, job_reason
+		FROM juice_reservations WHERE cluster = $1 AND state NOT IN ('released', 'failed') ORDER BY created_at`
 	// The ready runs, for the liveness watch: what a pool walk is compared with.
 	sqlReady = `SELECT id, pool, session_id, agent_address, ready_at FROM juice_reservations
 		WHERE cluster = $1 AND state = 'ready'`

@@ -475,3 +475,29 @@ func TestSaveStatusWritesEveryMoveAsAnEvent(t *testing.T) {
 	require.Equal(t, reconcile.StateWaiting, events[3].From)
 	require.Error(t, s.SaveStatus(ctx, &r), "a write without a move")
 }
+
+// Tracked reads of the open runs what the poller compares, the same as the full rows say.
+func TestTrackedIsWhatOpenSaysOfThePollersFields(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s := newStores(t, "c")
+	a, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: 21, Run: 1}, Request: request.Request{Pool: "p", GPUs: 1}})
+	ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", ArrayJobID: 30, ArrayTaskID: 4}, Request: request.Request{Pool: "p", GPUs: 1}})
+	require.NoError(t, s.ObserveJob(ctx, a.ID, "RUNNING", "None"))
+	move(t, s, &a, reconcile.EventRequest, "asking")
+	open, err := s.Open(ctx)
+	require.NoError(t, err)
+	tracked, err := s.Tracked(ctx)
+	require.NoError(t, err)
+	require.Len(t, tracked, len(open))
+	for i := range open {
+		require.Equal(t, open[i].ID, tracked[i].ID)
+		require.Equal(t, open[i].Run, tracked[i].Run)
+		require.Equal(t, open[i].Status.State, tracked[i].Status.State)
+		require.Equal(t, open[i].Spec.JobState, tracked[i].Spec.JobState)
+		require.Equal(t, open[i].Spec.JobReason, tracked[i].Spec.JobReason)
+	}
+	require.Equal(t, reconcile.StateRequesting, tracked[0].Status.State)
+	require.Equal(t, "RUNNING", tracked[0].Spec.JobState)
+	require.True(t, tracked[1].Run.Unbound())
+}

@@ -82,7 +82,7 @@ func P5(ctx context.Context, n int, exe string, logf func(string, ...any)) (P5Re
 	for i := 0; i < 5; i++ {
 		runtime.ReadMemStats(&ms0)
 		start := time.Now()
-		open, err := w.Store.Open(ctx)
+		open, err := w.Store.Tracked(ctx)
 		ds = append(ds, time.Since(start))
 		runtime.ReadMemStats(&ms1)
 		if err != nil {

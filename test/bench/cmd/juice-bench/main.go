@@ -253,8 +253,8 @@ func writeP5(w io.Writer, r bench.P5Result) {
 	fmt.Fprintf(w, "Goroutines: %d. **Standing cost** with nothing changing in Slurm, over %.0f s (%.1f periods of the ready check and "+
 		"the resync, both every 30 s, and %.0f polls): %.3f cores of the controller process (target < 0.05), %.0f reconcile passes "+
 		"(%.1f/s), %.0f GetSession calls to the Juice Controller (%.1f/s) and %.0f agent listings and reads (the liveness watch's pool "+
-		"walks): %.2f calls per agent per period, on %.0f agents (target ≤ 1). One `Store.Open()` (full rows, without their "+
-		"sealed files; the poller's comparison reads it, resyncs read ids only) of %d open rows: %s ms, %s MiB allocated.\n\n",
+		"walks): %.2f calls per agent per period, on %.0f agents (target ≤ 1). One `Store.Tracked()` (what the poller's "+
+		"comparison reads: ids, runs, states; resyncs read ids only) of %d open rows: %s ms, %s MiB allocated.\n\n",
 		r.Goroutines, r.SteadyWall.Seconds(), periods, r.SteadyPolls, r.SteadyCPU, r.SteadyPasses, r.SteadyPasses/r.SteadyWall.Seconds(),
 		r.SteadyGets, r.SteadyGets/r.SteadyWall.Seconds(), r.SteadyWalks, r.SteadyWalks/agents/periods, agents, r.N,
 		bench.Ms(r.OpenQuery), mib(r.OpenQueryAlloc))
