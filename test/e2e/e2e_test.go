@@ -277,10 +277,16 @@ func TestForgedCommentIsIgnored(t *testing.T) {
 // released.
 func TestPendingRequestVisibleAndCancelReleases(t *testing.T) {
 	s := openStore(t)
-	// A blocker takes every node, so the Juice job waits for Resources: eligible, and so reserved ahead.
-	blocker := sbatch(t, "--exclusive", "--nodes="+strconv.Itoa(nodeCount()), "-o", "/dev/null", "--wrap", "sleep 120")
-	defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(blocker)))
-	waitFor(t, 30*time.Second, "the blocker runs", func() bool { return getJob(t, blocker).State == slurmrest.StateRunning })
+	// Blockers take every node, so the Juice job waits for Resources (or Priority): eligible, and so reserved
+	// ahead. Four of them: the host bed's partition is OverSubscribe=FORCE:4, under which --exclusive is ignored
+	// and one blocker left room for the Juice job, which then ran at once and was ready for 45 ms, unseen by this
+	// test. Where the partition does not oversubscribe, the first blocker holds the nodes and the others wait.
+	blockers := make([]uint32, 4)
+	for i := range blockers {
+		blockers[i] = sbatch(t, "--exclusive", "--nodes="+strconv.Itoa(nodeCount()), "--ntasks-per-node=2", "-o", "/dev/null", "--wrap", "sleep 120")
+		defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(blockers[i])))
+	}
+	waitFor(t, 30*time.Second, "the first blocker runs", func() bool { return getJob(t, blockers[0]).State == slurmrest.StateRunning })
 	job := sbatch(t, "--exclusive", "--juice-pool=test", "--juice-gpu-count=2", "-o", "/dev/null", "--wrap", "true")
 	j := getJob(t, job)
 	require.Equal(t, slurmrest.StatePending, j.State)
