@@ -200,7 +200,7 @@ func (p *Poller) Poll(ctx context.Context) error {
 	ready := make(map[reconcile.RunID]bool, len(open))
 	for _, r := range open {
 		have[r.Run] = true
-		ready[r.Run] = r.Status.State == reconcile.StateReady
+		ready[r.Run] = r.State == reconcile.StateReady
 	}
 	jobs := make([]uint32, 0, len(p.snapshot))
 	for id := range p.snapshot {
@@ -429,7 +429,7 @@ func (p *Poller) trackKnown(ctx context.Context) (changed bool, err error) {
 
 // bind binds each open reservation of an array element reserved ahead to the job id slurmctld gave the element,
 // once the listing shows the element as a job of its own.
-func (p *Poller) bind(ctx context.Context, open []reconcile.Reservation) error {
+func (p *Poller) bind(ctx context.Context, open []reconcile.Tracked) error {
 	type element struct{ array, task uint32 }
 	var split map[element]uint32
 	for i := range open {
@@ -460,7 +460,7 @@ func (p *Poller) bind(ctx context.Context, open []reconcile.Reservation) error {
 }
 
 // observeElement records what Slurm says of an array element reserved ahead, still in its array's remainder.
-func (p *Poller) observeElement(ctx context.Context, r *reconcile.Reservation) error {
+func (p *Poller) observeElement(ctx context.Context, r *reconcile.Tracked) error {
 	j, ok := p.snapshot[r.Run.ArrayJobID]
 	pending, known := false, true
 	if ok {
@@ -479,7 +479,7 @@ func (p *Poller) observeElement(ctx context.Context, r *reconcile.Reservation) e
 }
 
 // observe records what Slurm says of one open reservation's job.
-func (p *Poller) observe(ctx context.Context, r *reconcile.Reservation) error {
+func (p *Poller) observe(ctx context.Context, r *reconcile.Tracked) error {
 	if r.Run.Unbound() {
 		return p.observeElement(ctx, r)
 	}
@@ -515,15 +515,15 @@ func (p *Poller) observe(ctx context.Context, r *reconcile.Reservation) error {
 }
 
 // record writes the job's state and reason into the spec when they changed.
-func (p *Poller) record(ctx context.Context, r *reconcile.Reservation, state, reason string) error {
-	if r.Spec.JobState == state && r.Spec.JobReason == reason {
+func (p *Poller) record(ctx context.Context, r *reconcile.Tracked, state, reason string) error {
+	if r.JobState == state && r.JobReason == reason {
 		return nil
 	}
 	return p.Store.ObserveJob(ctx, r.ID, state, reason)
 }
 
 // unwant records that the run no longer wants its session; the reconciler releases it.
-func (p *Poller) unwant(ctx context.Context, r *reconcile.Reservation, state, why string, over bool) error {
+func (p *Poller) unwant(ctx context.Context, r *reconcile.Tracked, state, why string, over bool) error {
 	if err := p.record(ctx, r, state, ""); err != nil {
 		return err
 	}

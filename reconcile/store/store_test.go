@@ -493,11 +493,11 @@ func TestTrackedIsWhatOpenSaysOfThePollersFields(t *testing.T) {
 	for i := range open {
 		require.Equal(t, open[i].ID, tracked[i].ID)
 		require.Equal(t, open[i].Run, tracked[i].Run)
-		require.Equal(t, open[i].Status.State, tracked[i].Status.State)
-		require.Equal(t, open[i].Spec.JobState, tracked[i].Spec.JobState)
-		require.Equal(t, open[i].Spec.JobReason, tracked[i].Spec.JobReason)
+		require.Equal(t, open[i].Status.State, tracked[i].State)
+		require.Equal(t, open[i].Spec.JobState, tracked[i].JobState)
+		require.Equal(t, open[i].Spec.JobReason, tracked[i].JobReason)
 	}
-	require.Equal(t, reconcile.StateRequesting, tracked[0].Status.State)
-	require.Equal(t, "RUNNING", tracked[0].Spec.JobState)
+	require.Equal(t, reconcile.StateRequesting, tracked[0].State)
+	require.Equal(t, "RUNNING", tracked[0].JobState)
 	require.True(t, tracked[1].Run.Unbound())
 }
