@@ -69,7 +69,7 @@ func (l ListPace) after(wall time.Duration) time.Duration {
 // reservation and never acts on Slurm. A poll costs slurmctld either one conditional listing of the queue
 // (update_time: "nothing changed" is cheap, any change returns every job), or, between listings paced by what they
 // cost (ListPace) and when the API has it (v0.0.40+), the states of the open reservations' jobs only (JobStates,
-// one light RPC per 400 jobs) and one GET for each of those whose state changed, and, paced the same way, a
+// one light RPC per 400 jobs, paced the same way when there are many) and one GET for each of those whose state changed, and, paced the same way, a
 // discovery of the jobs submitted since (every job's state, then one GET per new job id). A single GET also
 // confirms that a job missing from the listing is really gone. From what it knows of the Juice jobs it
 //
@@ -97,6 +97,11 @@ type Poller struct {
 	// record each), and one GET for each job id not seen before. The zero value is DefaultListPace: the rule is
 	// the same, and since the states cost far less than a listing, discoveries come far more often.
 	DiscoverPace ListPace
+	// TrackPace paces the tracking of the known runs' states the same way (the zero value is DefaultListPace with
+	// Max 1 minute). A few hundred runs answer in milliseconds and are tracked at every poll; 100,000 of them are
+	// 250 requests, which slurmrestd and slurmctld would otherwise serve every poll. Tracking only puts off seeing
+	// a run end or vanish without its epilog (the epilog reports its job's end at once) and a pending job cancelled.
+	TrackPace ListPace
 	// FullListings lists the queue at every poll and never tracks states: the design before issue 14, kept to
 	// compare with (test/bench/cmd/juice-bench-scale) and as a way out.
 	FullListings bool
@@ -116,7 +121,11 @@ type Poller struct {
 	seen         map[uint32]bool
 	nextDiscover time.Time
 	discoverWall time.Duration // the last discovery's AllJobStates took so long
+	nextTrack    time.Time
 }
+
+// defaultTrackPace is the pace of a zero TrackPace.
+var defaultTrackPace = ListPace{Factor: DefaultListPace.Factor, Max: time.Minute}
 
 type trackMode int
 
@@ -167,9 +176,11 @@ func (p *Poller) Poll(ctx context.Context) error {
 			return err
 		}
 	} else {
-		changed, err := p.trackKnown(ctx)
-		if err != nil {
-			return err
+		var changed bool
+		if !now.Before(p.nextTrack) {
+			if changed, err = p.trackKnown(ctx, now); err != nil {
+				return err
+			}
 		}
 		if !now.Before(p.nextDiscover) {
 			found, err := p.discover(ctx, now)
@@ -369,7 +380,7 @@ func (p *Poller) discover(ctx context.Context, now time.Time) (found bool, err e
 // from the snapshot's is read in full (one GET: its run, reason and hold are not in the state reply), and one
 // slurmctld no longer knows leaves the snapshot (observe confirms with one GET that it is gone). A job that was
 // held while pending keeps its state: the next listing shows the hold. changed is true when an entry changed.
-func (p *Poller) trackKnown(ctx context.Context) (changed bool, err error) {
+func (p *Poller) trackKnown(ctx context.Context, now time.Time) (changed bool, err error) {
 	if len(p.known) == 0 {
 		return false, nil
 	}
@@ -377,11 +388,18 @@ func (p *Poller) trackKnown(ctx context.Context) (changed bool, err error) {
 	for i, r := range p.known {
 		ids[i] = r.JobID
 	}
+	start := time.Now()
 	states, err := p.Slurm.JobStates(ctx, ids)
 	p.Metrics.observeSlurm("job_states", err)
 	if err != nil {
 		return false, fmt.Errorf("poll slurmrestd for the states of %d jobs: %w", len(ids), err)
 	}
+	pace := p.TrackPace
+	if pace == (ListPace{}) {
+		pace = defaultTrackPace
+	}
+	wall := time.Since(start)
+	p.nextTrack = now.Add(wall + pace.after(wall))
 	type key struct {
 		id, task uint32
 		hasTask  bool

@@ -60,8 +60,10 @@ func TestPollerTracksKnownRunsBetweenListings(t *testing.T) {
 	require.Equal(t, 5, h.slurm.States(), "one JobStates per poll")
 	require.Zero(t, h.slurm.Gets(), "no state changed: no job read")
 
-	// Job 1 ends: its state changes, it alone is read, and its run is let go.
+	// Job 1 ends: its state changes, it alone is read, and its run is let go (at the next poll, a second later:
+	// the tracking's pace allows a few milliseconds' worth of states at every poll, not twice in one instant).
 	h.slurm.Set(fakeslurm.JuiceJob(1, 0, slurmrest.StateCompleted, trackReq))
+	*clock = clock.Add(time.Second)
 	require.NoError(t, p.Poll(ctx))
 	require.Equal(t, 1, h.slurm.Lists())
 	require.Equal(t, 1, h.slurm.Gets())
@@ -100,6 +102,31 @@ func TestPollerTrackingSeesRequeueAndVanish(t *testing.T) {
 	r4 := h.run(t, 4, 0)
 	require.False(t, r4.Spec.Wanted)
 	require.Equal(t, "GONE", r4.Spec.JobState)
+}
+
+// The known runs' states are asked at TrackPace: a large tracked set, slow to answer, is not asked at every poll,
+// and is asked again once the pace allows; an end seen then is acted on as at any poll.
+func TestPollerTracksKnownRunsAtTrackPace(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	p, clock := trackingPoller(h)
+	p.TrackPace = ListPace{Factor: 10, Min: time.Minute, Max: time.Minute}
+	h.slurm.Set(fakeslurm.JuiceJob(7, 0, slurmrest.StateRunning, trackReq))
+	require.NoError(t, p.Poll(ctx)) // the listing
+	require.NoError(t, p.Poll(ctx)) // the first tracking
+	require.Equal(t, 1, h.slurm.States())
+	h.slurm.Set(fakeslurm.JuiceJob(7, 0, slurmrest.StateCompleted, trackReq))
+	for i := 0; i < 5; i++ {
+		*clock = clock.Add(10 * time.Second)
+		require.NoError(t, p.Poll(ctx))
+	}
+	require.Equal(t, 1, h.slurm.States(), "not tracked again within the pace")
+	require.True(t, h.run(t, 7, 0).Spec.Wanted, "its end not seen yet")
+	*clock = clock.Add(11 * time.Second)
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, 2, h.slurm.States())
+	require.False(t, h.run(t, 7, 0).Spec.Wanted, "the end seen at the next tracking")
 }
 
 // Without discoveries, new Juice jobs are found by the listings alone: a job submitted between listings waits for
