@@ -218,7 +218,7 @@ BENCH_SCALE_SIZES ?= 10000,20000
 bench-scale: build
 	flock -o $(dir $(HOST_LOCK))chroot-sid.lock sh -c 'bash test/chroot/slurm-chroot.sh up sid && \
 		JUICE_TESTBED_ENV=$(dir $(HOST_LOCK))chroot-sid/env $(GO) run ./test/bench/cmd/juice-bench-scale \
-		-sizes $(BENCH_SCALE_SIZES) -out test/results/bench-scale.md'
+		-sizes $(BENCH_SCALE_SIZES) -restart-restd "bash test/chroot/slurm-chroot.sh restart-rest sid" -out test/results/bench-scale.md'
 
 chaos: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s -out test/results/chaos.md'

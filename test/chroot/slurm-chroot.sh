@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# slurm-chroot.sh up|wire|unwire|down|status|destroy SUITE
+# slurm-chroot.sh up|wire|unwire|restart-rest|down|status|destroy SUITE
 #
 # A whole Slurm cluster inside a debootstrap chroot, for running juice-slurm against newer Slurm releases than the
 # host's:
@@ -19,6 +19,7 @@
 #         through plugstack.conf.d, job_submit.lua (JobSubmitPlugins=lua), the prolog/epilog hooks pointing at a
 #         controller on 127.0.0.1:$JUICE_CHROOT_HOOK_PORT, a static juice-slurm binary, the cluster key, the hook
 #         secret and the sessions directory; restarts slurmctld and the slurmds. Stays wired across down/up.
+# restart-rest (after up) stops slurmrestd and starts it again: a new process, nothing else touched.
 # unwire  takes the plugin and the hooks out again (keys and binaries stay).
 # services (after wire; idempotent) starts, on the host, juice-sim on 127.0.0.1:$SIM_PORT (pool "demo": one agent
 #         of 4 GPUs x 24 GiB; pool "test": 2 agents of 8 x 80 GiB) and the controller this cluster's hooks call, with
@@ -33,7 +34,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 BASE=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
 
-usage() { echo "usage: $0 up|wire|unwire|services|down|status|destroy trixie|sid" >&2; exit 2; }
+usage() { echo "usage: $0 up|wire|unwire|services|restart-rest|down|status|destroy trixie|sid" >&2; exit 2; }
 [ $# -eq 2 ] || usage
 CMD=$1 SUITE=$2
 
@@ -55,6 +56,8 @@ PARTITION=debug
 # may list every job and update anybody's (test/chroot/README.md, "Tokens").
 REST_USER=slurm
 RESTD_USER=juicerestd # the uid slurmrestd runs as (it refuses root and SlurmUser)
+# MALLOC_ARENA_MAX of slurmrestd's environment (JUICE_CHROOT_RESTD_MALLOC_ARENA_MAX; set but empty: glibc's default).
+RESTD_MALLOC_ARENA_MAX=${JUICE_CHROOT_RESTD_MALLOC_ARENA_MAX-}
 JOB_USER=juice        # an ordinary user for jobs
 OTHER_USER=juiceother # a second ordinary user (jobs of "another user")
 # What an `up` needs, and what `wire` needs besides: job_submit/lua is in slurm-wlm-basic-plugins and loads Lua 5.1
@@ -451,6 +454,25 @@ restart_slurm() {
 	start_slurm
 }
 
+start_rest() {
+	local plugins rest_args=() env=(SLURM_JWT=daemon)
+	plugins=$(rest_versions)
+	[ -n "$plugins" ] && rest_args=(-s "$plugins")
+	[ -n "$RESTD_MALLOC_ARENA_MAX" ] && env+=(MALLOC_ARENA_MAX=$RESTD_MALLOC_ARENA_MAX)
+	# SLURM_JWT=daemon: slurmrestd accepts JWTs and talks to slurmctld with each request's token.
+	start_daemon slurmrestd "" "${env[@]}" setpriv --reuid=$RESTD_USER --regid=$RESTD_USER --clear-groups \
+		/usr/sbin/slurmrestd "${rest_args[@]}" -a rest_auth/jwt "127.0.0.1:$REST_PORT"
+	wait_for "slurmrestd on :$REST_PORT" 30 rest_up
+}
+
+# restart-rest: slurmrestd alone, a new process. It keeps what a listing of a large queue made it allocate (about
+# 150 KB per job on 26.05.5, and more after each listing), so juice-bench-scale restarts it before each phase.
+restart_rest() {
+	daemon_running slurmctld || die "slurmctld is not running: run up first"
+	stop_daemon slurmrestd
+	start_rest
+}
+
 start() {
 	mount_all
 	configure
@@ -463,13 +485,7 @@ start() {
 	start_daemon munged "" setpriv --reuid=munge --regid=munge --clear-groups /usr/sbin/munged -F
 	wait_for munged 20 in_root munge -n
 	start_slurm
-	local plugins rest_args=()
-	plugins=$(rest_versions)
-	[ -n "$plugins" ] && rest_args=(-s "$plugins")
-	# SLURM_JWT=daemon: slurmrestd accepts JWTs and talks to slurmctld with each request's token.
-	start_daemon slurmrestd "" SLURM_JWT=daemon setpriv --reuid=$RESTD_USER --regid=$RESTD_USER --clear-groups \
-		/usr/sbin/slurmrestd "${rest_args[@]}" -a rest_auth/jwt "127.0.0.1:$REST_PORT"
-	wait_for "slurmrestd on :$REST_PORT" 30 rest_up
+	start_rest
 	tokens
 	write_env
 	log "Slurm $(slurm_version) up: nodes ${NODES[*]}, REST http://127.0.0.1:$REST_PORT, env file $ENVFILE"
@@ -823,6 +839,7 @@ up)
 	log "up in $((SECONDS - t0)) s"
 	;;
 wire) wire ;;
+restart-rest) restart_rest ;;
 unwire) unwire ;;
 services) services ;;
 down)

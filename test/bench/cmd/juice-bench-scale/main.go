@@ -8,11 +8,16 @@
 //   - baseline again, to show the machine did not drift.
 //
 // For each phase: slurmctld's and slurmrestd's CPU seconds per minute (utime+stime of their processes over the
-// phase's minute), the poller's requests, and the look-ahead's freshness: the time from a Juice job's submission to
+// phase's minute), slurmrestd's peak RSS, the poller's requests, and the look-ahead's freshness: the time from a Juice job's submission to
 // its reservation's creation. The queue is grown to each size in turn: the held plain jobs and the Juice jobs (1% of
 // the queue), each pending with a begin time a week ahead so nothing runs; the poller's look-ahead window (8 days)
 // reserves every Juice job, so each new one measures freshness. The poller runs alone (no reconciler): reservations
 // stay pending, which changes nothing Slurm sees. Nothing is asserted on time; the figures are written to -out.
+//
+// Before the phases, at each size, a probe lists the whole queue a few times from a new slurmrestd, with glibc's
+// default allocator arenas and with MALLOC_ARENA_MAX=2: what one listing costs and what slurmrestd keeps after it.
+// Each phase starts with a new slurmrestd and runs under a memory guard (memory.go): at 100,000 jobs a listing can
+// take much of the shared machine's memory.
 package main
 
 import (
@@ -50,14 +55,18 @@ const (
 )
 
 type config struct {
-	sizes      []int
-	phase      time.Duration
-	poll       time.Duration
-	newEvery   time.Duration
-	tail       time.Duration
-	purgeWait  time.Duration
-	out        string
-	submitters int
+	sizes        []int
+	phase        time.Duration
+	poll         time.Duration
+	newEvery     time.Duration
+	tail         time.Duration
+	purgeWait    time.Duration
+	out          string
+	submitters   int
+	restartRestd string   // a shell command that starts slurmrestd anew
+	minAvail     int64    // bytes: a phase stops when MemAvailable falls under this
+	probe        int      // listings one after another in the memory probe
+	probeArenas  []string // MALLOC_ARENA_MAX settings of the probe ("" is glibc's default)
 }
 
 func main() {
@@ -70,7 +79,15 @@ func main() {
 	flag.DurationVar(&cfg.purgeWait, "purge-wait", 8*time.Minute, "at the end, wait this long at most for slurmctld to purge the cancelled jobs (MinJobAge); 0 does not wait")
 	flag.StringVar(&cfg.out, "out", "", "write the Markdown results here")
 	flag.IntVar(&cfg.submitters, "submitters", 8, "concurrent submissions")
+	flag.StringVar(&cfg.restartRestd, "restart-restd", "", "a shell command that stops slurmrestd and starts it again (make bench-scale: "+
+		"test/chroot/slurm-chroot.sh restart-rest sid), run before each phase and probe so that each starts with a new slurmrestd; "+
+		"JUICE_CHROOT_RESTD_MALLOC_ARENA_MAX in its environment sets the probe's allocator setting. Empty: never restarted")
+	minAvail := flag.Int64("min-available", 3072, "MiB: a phase or probe stops (slurmrestd killed and restarted) when MemAvailable falls under this")
+	flag.IntVar(&cfg.probe, "probe-listings", 3, "the memory probe at each size: this many listings of the whole queue one after another from a new slurmrestd (0: no probe)")
+	arenas := flag.String("probe-arenas", ",2", "the probe's MALLOC_ARENA_MAX settings of slurmrestd, comma-separated (empty: glibc's default); needs -restart-restd")
 	flag.Parse()
+	cfg.minAvail = *minAvail << 20
+	cfg.probeArenas = strings.Split(*arenas, ",")
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < juiceShare {
@@ -144,6 +161,13 @@ func run(ctx context.Context, cfg config, env testbed.Env) error {
 		"the phase, per minute; *caused* is the phase's CPU minus the mean of the two baselines'. The listing's work is mostly slurmrestd's (it turns slurmctld's reply into JSON), so both daemons are shown. Freshness: from a new "+
 		"Juice job's submission to its reservation's creation (the first poll that saw it).\n\n",
 		"`"+juiceReq+"`", cfg.phase, cfg.newEvery, cfg.poll, controller.DefaultListPace.Max)
+	if cfg.restartRestd != "" {
+		fmt.Fprintf(&md, "slurmrestd is started anew before each phase and each probe (`%s`): a listing of the whole queue leaves its memory "+
+			"allocated, so a phase would otherwise start with an earlier one's. ", cfg.restartRestd)
+	}
+	fmt.Fprintf(&md, "A memory guard reads MemAvailable every 200 ms during each phase and probe: under %d MiB, it takes the daemons' "+
+		"counters, kills slurmrestd and stops the phase, which then shows what it measured until then, marked *stopped*. "+
+		"slurmrestd's peak RSS is its VmHWM (since its start).\n\n", cfg.minAvail>>20)
 	for _, size := range cfg.sizes {
 		if err := b.grow(ctx, size); err != nil {
 			return err
@@ -247,8 +271,15 @@ func (b *bench) submit(ctx context.Context, isJuice bool) (uint32, error) {
 
 type phase struct {
 	name          string
-	design        string // "", "full", "tracking"
-	ctld, restd   float64
+	design        string  // "", "full", "tracking"
+	ctld, restd   float64 // CPU seconds per minute over the measured time
+	measured      time.Duration
+	first         listing // the first poll (a listing): its wall time, the daemons' CPU, slurmrestd's RSS after it
+	firstDone     bool
+	peak          int64         // slurmrestd's VmHWM: its peak RSS in the phase (it starts anew before each phase)
+	minAvail      int64         // the lowest MemAvailable seen
+	stopped       string        // why the memory guard stopped the phase
+	inflight      time.Duration // a listing in flight when the phase was stopped: for how long
 	polls, errs   int64
 	lists, states int64
 	gets          int64
@@ -264,19 +295,26 @@ type phase struct {
 
 type result struct {
 	size, juice int
+	poll        time.Duration
+	probe       []probeRun
 	phases      []*phase
 }
 
 func (b *bench) measure(ctx context.Context, size int) (*result, error) {
-	res := &result{size: len(b.plain) + len(b.juice), juice: len(b.juice)}
+	res := &result{size: len(b.plain) + len(b.juice), juice: len(b.juice), poll: b.cfg.poll}
+	probe, err := b.probe(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("size %d, the memory probe: %w", size, err)
+	}
+	res.probe = probe
 	for _, ph := range []*phase{{name: "baseline (no controller)"}, {name: "full listings (before)", design: "full"},
 		{name: "tracking (now)", design: "tracking"}, {name: "baseline again", design: ""}} {
 		logf("size %d: phase %s", size, ph.name)
 		if err := b.runPhase(ctx, ph); err != nil {
 			return nil, fmt.Errorf("size %d, phase %s: %w", size, ph.name, err)
 		}
-		logf("size %d: %s: slurmctld %.2f s/min, slurmrestd %.2f s/min, %d polls, %d listings, %d job-state calls, %d GETs",
-			size, ph.name, ph.ctld, ph.restd, ph.polls, ph.lists, ph.states, ph.gets)
+		logf("size %d: %s: slurmctld %.2f s/min, slurmrestd %.2f s/min, %d polls, %d listings, %d job-state calls, %d GETs, slurmrestd peak RSS %d MiB%s",
+			size, ph.name, ph.ctld, ph.restd, ph.polls, ph.lists, ph.states, ph.gets, ph.peak>>20, ph.skipped+ph.stopped)
 		res.phases = append(res.phases, ph)
 	}
 	return res, nil
@@ -287,14 +325,19 @@ type counting struct {
 	controller.Slurm
 	lists, states, gets atomic.Int64
 	all                 atomic.Int64 // discoveries (every job's state)
-	listWall            atomic.Int64
+	listWall            atomic.Int64 // of the listings that ended
+	listing             atomic.Int64 // UnixNano of the start of the listing in flight, 0 when none
 }
 
 func (c *counting) ListJobs(ctx context.Context, since time.Time) (slurmrest.JobList, error) {
-	c.lists.Add(1)
 	t := time.Now()
+	c.listing.Store(t.UnixNano())
+	defer c.listing.Store(0)
 	l, err := c.Slurm.ListJobs(ctx, since)
-	c.listWall.Add(int64(time.Since(t)))
+	if err == nil {
+		c.lists.Add(1)
+		c.listWall.Add(int64(time.Since(t)))
+	}
 	return l, err
 }
 
@@ -314,8 +357,19 @@ func (c *counting) JobStates(ctx context.Context, ids []uint32) ([]slurmrest.Job
 }
 
 func (b *bench) runPhase(ctx context.Context, ph *phase) error {
+	// Each phase starts with a new slurmrestd: what an earlier phase's listings left allocated stays out of it.
+	if err := b.restartRestd(ctx, nil); err != nil {
+		return err
+	}
+	if avail := memAvailable(); avail < b.cfg.minAvail+1<<30 {
+		ph.skipped = fmt.Sprintf("not run: %d MiB of memory available at its start (the guard stops a phase under %d MiB)", avail>>20, b.cfg.minAvail>>20)
+		logf("%s", ph.skipped)
+		return nil
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	g := b.watch(cancel)
+	defer g.stop()
 	var (
 		p        *controller.Poller
 		cs       *counting
@@ -325,15 +379,27 @@ func (b *bench) runPhase(ctx context.Context, ph *phase) error {
 		pollDone = make(chan struct{})
 		polls    atomic.Int64
 	)
-	if ph.design != "" {
-		// A listing makes slurmrestd hold about 150 KB per job (1.5 GB at 10,000 jobs on 26.05.5, and more after each
-		// one): refuse a phase that could push the shared machine out of memory.
-		if avail, need := memAvailable(), int64(len(b.plain)+len(b.juice))*300<<10; avail < need+4<<30 {
-			ph.skipped = fmt.Sprintf("not run: %d MiB of memory available, and a listing of %d jobs may take %d MiB of slurmrestd",
-				avail>>20, len(b.plain)+len(b.juice), need>>20)
-			logf("%s", ph.skipped)
-			return nil
+	// stop ends the phase when the guard stopped it: what was measured so far stays, with why.
+	stop := func(measuredFrom *sample) error {
+		why, last, peak, minAvail := g.stop()
+		ph.stopped, ph.peak, ph.minAvail = why, peak, minAvail
+		if cs != nil && ph.measured == 0 { // stopped before the measured minute ended (not in the tail)
+			if t := cs.listing.Load(); t != 0 {
+				ph.inflight = last.at.Sub(time.Unix(0, t))
+			}
+			ph.polls, ph.lists, ph.listWall = polls.Load(), cs.lists.Load(), time.Duration(cs.listWall.Load())
+			ph.states, ph.gets, ph.discoveries = cs.states.Load(), cs.gets.Load(), cs.all.Load()
 		}
+		if measuredFrom != nil && last.restd != 0 {
+			ph.measured = last.at.Sub(measuredFrom.at)
+			c, r := b.cpuSecs(*measuredFrom, last)
+			ph.ctld, ph.restd = perMinute(c, ph.measured), perMinute(r, ph.measured)
+		}
+		cancel()
+		<-pollDone
+		return b.restartRestd(context.Background(), nil) // the next phase, or the clean-up, needs one
+	}
+	if ph.design != "" {
 		url, drop, err := testbed.CreateDatabase(ctx, b.env)
 		if err != nil {
 			return err
@@ -359,12 +425,30 @@ func (b *bench) runPhase(ctx context.Context, ph *phase) error {
 				}
 				mu.Unlock()
 			}}
-		// The first poll lists the queue and reserves every Juice job in it: before the measured minute.
-		t := time.Now()
-		if err := p.Poll(ctx); err != nil {
+		// The first poll lists the queue and reserves every Juice job in it: before the measured minute. In both
+		// designs it is one listing of the whole queue, so it is also the measure of one listing's cost.
+		s0, err := b.sample()
+		if err != nil {
+			return err
+		}
+		err = p.Poll(ctx)
+		s1, serr := b.sample()
+		if g.Tripped() != "" {
+			close(pollDone)
+			return stop(nil)
+		}
+		if err != nil {
 			return fmt.Errorf("first poll: %w", err)
 		}
-		ph.firstPoll = time.Since(t)
+		if serr != nil {
+			return serr
+		}
+		ph.firstPoll = s1.at.Sub(s0.at)
+		ph.first = listing{wall: ph.firstPoll, rss: s1.restdRSS, hwm: s1.restdHWM}
+		ph.first.ctld, ph.first.restd = b.cpuSecs(s0, s1)
+		ph.firstDone = true
+		logf("first poll: %.1f s, slurmctld %.1f CPU s, slurmrestd %.1f CPU s, slurmrestd RSS %d MiB (peak %d MiB), MemAvailable %d MiB",
+			ph.firstPoll.Seconds(), ph.first.ctld, ph.first.restd, s1.restdRSS>>20, s1.restdHWM>>20, memAvailable()>>20)
 		mu.Lock()
 		ph.reservedFirst = len(reserved)
 		mu.Unlock()
@@ -403,15 +487,10 @@ func (b *bench) runPhase(ctx context.Context, ph *phase) error {
 
 	// The measured minute: churn and new Juice jobs, CPU of the daemons.
 	submitted := map[uint32]time.Time{}
-	ctld0, err := cpuOf(b.ctld)
+	s0, err := b.sample()
 	if err != nil {
 		return err
 	}
-	restd0, err := cpuOf(b.restd)
-	if err != nil {
-		return err
-	}
-	t0 := time.Now()
 	churn := time.NewTicker(time.Second)
 	newJob := time.NewTicker(b.cfg.newEvery)
 	end := time.NewTimer(b.cfg.phase)
@@ -424,34 +503,42 @@ loop:
 			i++
 			comment := fmt.Sprintf("churn-%d", i)
 			if err := b.c.UpdateJob(ctx, id, slurmrest.JobUpdate{Comment: &comment}); err != nil {
+				if g.Tripped() != "" {
+					break loop
+				}
 				return fmt.Errorf("churn: %w", err)
 			}
 		case <-newJob.C:
 			at := time.Now()
 			id, err := b.submit(ctx, true)
 			if err != nil {
+				if g.Tripped() != "" {
+					break loop
+				}
 				return fmt.Errorf("new Juice job: %w", err)
 			}
 			submitted[id] = at
+		case <-ctx.Done():
+			break loop
 		case <-end.C:
 			break loop
 		}
 	}
 	churn.Stop()
 	newJob.Stop()
-	elapsed := time.Since(t0)
-	ctld1, err := cpuOf(b.ctld)
-	if err != nil {
-		return err
-	}
-	restd1, err := cpuOf(b.restd)
-	if err != nil {
-		return err
-	}
-	perMin := func(ticks int64) float64 { return float64(ticks) / b.clkTck * float64(time.Minute) / float64(elapsed) }
-	ph.ctld, ph.restd = perMin(ctld1-ctld0), perMin(restd1-restd0)
 	ph.newJobs = len(submitted)
+	if g.Tripped() != "" {
+		return stop(&s0)
+	}
+	s1, err := b.sample()
+	if err != nil {
+		return err
+	}
+	ph.measured = s1.at.Sub(s0.at)
+	c, r := b.cpuSecs(s0, s1)
+	ph.ctld, ph.restd = perMinute(c, ph.measured), perMinute(r, ph.measured)
 	if p == nil {
+		_, _, ph.peak, ph.minAvail = g.stop()
 		return nil
 	}
 	ph.polls = polls.Load() // the minute's, not the tail's
@@ -462,6 +549,9 @@ loop:
 	deadline := time.Now().Add(b.cfg.tail)
 	for {
 		seen, err := b.resolve(ctx, st, &mu, reserved, submitted)
+		if g.Tripped() != "" {
+			return stop(nil)
+		}
 		if err != nil {
 			return err
 		}
@@ -479,7 +569,15 @@ loop:
 	}
 	cancel()
 	<-pollDone
+	_, _, ph.peak, ph.minAvail = g.stop()
 	return nil
+}
+
+func perMinute(secs float64, over time.Duration) float64 {
+	if over <= 0 {
+		return 0
+	}
+	return secs * float64(time.Minute) / float64(over)
 }
 
 // resolve maps the reservations made so far to the job ids of the new Juice jobs: job id → when reserved.
@@ -503,17 +601,6 @@ func (b *bench) resolve(ctx context.Context, st *store.Store, mu *sync.Mutex, re
 		}
 	}
 	return seen, nil
-}
-
-// memAvailable is MemAvailable of /proc/meminfo, in bytes (0 when unknown).
-func memAvailable() int64 {
-	b, _ := os.ReadFile("/proc/meminfo")
-	m := regexp.MustCompile(`(?m)^MemAvailable:\s+(\d+) kB`).FindSubmatch(b)
-	if m == nil {
-		return 0
-	}
-	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
-	return kb << 10
 }
 
 // cpuOf is utime+stime (clock ticks) of the process in a pid file.
@@ -565,6 +652,12 @@ func (b *bench) cleanUp() {
 			logf("scancel --name=%s: %v: %s", name, err, out)
 		}
 	}
+	// The chroot's next user gets a new slurmrestd, not one that holds what the listings of the large queue left.
+	defer func() {
+		if err := b.restartRestd(ctx, nil); err != nil {
+			logf("%v", err)
+		}
+	}()
 	if b.cfg.purgeWait <= 0 {
 		return
 	}
@@ -588,7 +681,7 @@ func (r *result) write(md *strings.Builder) {
 	var base, baseRest float64
 	var nb int
 	for _, ph := range r.phases {
-		if ph.design == "" {
+		if ph.design == "" && ph.skipped == "" && ph.stopped == "" {
 			base += ph.ctld
 			baseRest += ph.restd
 			nb++
@@ -597,15 +690,28 @@ func (r *result) write(md *strings.Builder) {
 	base /= float64(max(nb, 1))
 	baseRest /= float64(max(nb, 1))
 	fmt.Fprintf(md, "## %d queued jobs, %d of them Juice jobs\n\n", r.size, r.juice)
-	fmt.Fprintf(md, "| phase | slurmctld CPU s/min | caused by the controller | slurmrestd CPU s/min | caused by the controller |  polls | listings | listing wall, mean s | job-state requests (known runs) | discoveries (every job's state) | GETs | first poll s | freshness p50 / max s | new Juice jobs not reserved |\n")
-	fmt.Fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	r.writeProbe(md)
+	fmt.Fprintf(md, "| phase | slurmctld CPU s/min | caused by the controller | slurmrestd CPU s/min | caused by the controller |  polls | listings | listing wall, mean s | job-state requests (known runs) | discoveries (every job's state) | GETs | first poll: wall s / slurmctld CPU s / slurmrestd CPU s | slurmrestd peak RSS MiB | freshness p50 / max s | new Juice jobs not reserved |\n")
+	fmt.Fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	var notes []string
 	for _, ph := range r.phases {
+		name := ph.name
+		if ph.stopped != "" {
+			notes = append(notes, fmt.Sprintf("%d", len(notes)+1))
+			name = fmt.Sprintf("%s [stopped %d]", ph.name, len(notes))
+		}
 		if ph.skipped != "" {
-			fmt.Fprintf(md, "| %s | %s | | | | | | | | | | | | |\n", ph.name, ph.skipped)
+			fmt.Fprintf(md, "| %s | %s | | | | | | | | | | | | | |\n", name, ph.skipped)
 			continue
 		}
+		cpu := func(v float64) string {
+			if ph.measured == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f", v)
+		}
 		if ph.design == "" {
-			fmt.Fprintf(md, "| %s | %.2f | | %.2f | | | | | | | | | | |\n", ph.name, ph.ctld, ph.restd)
+			fmt.Fprintf(md, "| %s | %s | | %s | | | | | | | | | %d | | |\n", name, cpu(ph.ctld), cpu(ph.restd), ph.peak>>20)
 			continue
 		}
 		wall := "–"
@@ -621,10 +727,109 @@ func (r *result) write(md *strings.Builder) {
 		if ph.errs > 0 {
 			errs = fmt.Sprintf(" (%d failed)", ph.errs)
 		}
-		fmt.Fprintf(md, "| %s | %.2f | %.2f | %.2f | %.2f | %d%s | %d | %s | %d | %d | %d | %.1f | %s | %d of %d |\n", ph.name, ph.ctld, ph.ctld-base,
-			ph.restd, ph.restd-baseRest, ph.polls, errs, ph.lists, wall, ph.states, ph.discoveries, ph.gets, ph.firstPoll.Seconds(), fresh, ph.unseen, ph.newJobs)
+		first := "not finished"
+		if ph.firstDone {
+			first = fmt.Sprintf("%.1f / %.1f / %.1f", ph.first.wall.Seconds(), ph.first.ctld, ph.first.restd)
+		}
+		caused := func(v, b float64) string {
+			if ph.measured == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f", v-b)
+		}
+		unseen := fmt.Sprintf("%d of %d", ph.unseen, ph.newJobs)
+		if ph.stopped != "" {
+			unseen = fmt.Sprintf("– (%d submitted)", ph.newJobs)
+		}
+		fmt.Fprintf(md, "| %s | %s | %s | %s | %s | %d%s | %d | %s | %d | %d | %d | %s | %d | %s | %s |\n", name, cpu(ph.ctld), caused(ph.ctld, base),
+			cpu(ph.restd), caused(ph.restd, baseRest), ph.polls, errs, ph.lists, wall, ph.states, ph.discoveries, ph.gets, first, ph.peak>>20, fresh, unseen)
 	}
 	fmt.Fprintf(md, "\n")
+	n := 0
+	for _, ph := range r.phases {
+		if ph.stopped == "" {
+			continue
+		}
+		n++
+		var where string
+		switch {
+		case ph.design != "" && !ph.firstDone:
+			where = "during its first poll (one listing of the whole queue, before the measured minute)"
+			if ph.inflight > 0 {
+				where += fmt.Sprintf(", after that listing had been in flight for %.1f s", ph.inflight.Seconds())
+			}
+		case ph.measured > 0:
+			where = fmt.Sprintf("after %.1f s of its measured %s (its CPU figures are per minute of those seconds)", ph.measured.Seconds(), "minute")
+			if ph.inflight > 0 {
+				where += fmt.Sprintf(", with a listing in flight for %.1f s", ph.inflight.Seconds())
+			}
+		default:
+			where = "after its measured minute, while waiting for the poller to reserve the minute's new jobs"
+		}
+		fmt.Fprintf(md, "[stopped %d] %s was stopped by the memory guard %s: %s; the lowest MemAvailable seen was %d MiB. slurmrestd was killed and started anew.\n\n",
+			n, ph.name, where, ph.stopped, ph.minAvail>>20)
+	}
+	r.writePerMinute(md)
+}
+
+// writeProbe is the memory probe's table: listings one after another from a new slurmrestd.
+func (r *result) writeProbe(md *strings.Builder) {
+	if len(r.probe) == 0 {
+		return
+	}
+	fmt.Fprintf(md, "What a listing of the whole queue (`GET jobs`, no `update_time`) costs, listed %d times one after another from a new slurmrestd, "+
+		"for each MALLOC_ARENA_MAX of its environment (none: glibc's default, 8 arenas per core):\n\n", len(r.probe[0].lists))
+	fmt.Fprintf(md, "| slurmrestd MALLOC_ARENA_MAX | listing | jobs | wall s | slurmctld CPU s | slurmrestd CPU s | slurmrestd RSS after, MiB | slurmrestd peak RSS, MiB |\n")
+	fmt.Fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, pr := range r.probe {
+		arenas := pr.arenas
+		switch arenas {
+		case "":
+			arenas = "none (glibc's default)"
+		case "-":
+			arenas = "as running (not restarted)"
+		}
+		fmt.Fprintf(md, "| %s | start | | | | | %d | |\n", arenas, pr.startRSS>>20)
+		for i, l := range pr.lists {
+			fmt.Fprintf(md, "| %s | %d | %d | %.1f | %.1f | %.1f | %d | %d |\n", arenas, i+1, l.jobs, l.wall.Seconds(), l.ctld, l.restd, l.rss>>20, l.hwm>>20)
+		}
+		if pr.stopped != "" {
+			fmt.Fprintf(md, "| %s | %d | stopped by the memory guard: %s | | | | | |\n", arenas, len(pr.lists)+1, pr.stopped)
+		}
+	}
+	fmt.Fprintf(md, "\n")
+}
+
+// writePerMinute says what one listing's cost means for the full-listings design, which lists at every poll:
+// when a listing takes longer than the poll interval, the listings run back to back.
+func (r *result) writePerMinute(md *strings.Builder) {
+	var one *listing
+	from := ""
+	for _, ph := range r.phases {
+		if ph.design == "full" && ph.firstDone {
+			one, from = &ph.first, "the full-listings phase's first poll"
+		}
+	}
+	if one == nil {
+		for _, pr := range r.probe {
+			if len(pr.lists) > 0 {
+				one, from = &pr.lists[0], "the probe's first listing"
+				break
+			}
+		}
+	}
+	if one == nil || one.wall <= 0 {
+		return
+	}
+	if one.wall <= r.poll {
+		fmt.Fprintf(md, "One listing of %d jobs (%s) took %.1f s, within the %s poll interval.\n\n", r.size, from, one.wall.Seconds(), r.poll)
+		return
+	}
+	per := float64(time.Minute) / float64(one.wall)
+	fmt.Fprintf(md, "One listing of %d jobs (%s) took %.1f s of wall time, %.1f CPU s of slurmctld and %.1f of slurmrestd: longer than the "+
+		"%s poll interval, so the full-listings design (a listing at every poll while anything changes, here every second) lists back to back: "+
+		"%.1f listings a minute, about %.1f s of slurmctld CPU and %.1f s of slurmrestd CPU per minute (%.2f and %.2f of a core).\n\n",
+		r.size, from, one.wall.Seconds(), one.ctld, one.restd, r.poll, per, one.ctld*per, one.restd*per, one.ctld*per/60, one.restd*per/60)
 }
 
 func host() string {
