@@ -29,6 +29,7 @@
 #
 # The daemons share user names (and possibly uids) with the host's Slurm: never stop anything by name.
 set -euo pipefail
+exec 3>&2 # stderr, for what runs under wait_for's redirections
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -462,7 +463,14 @@ start_rest() {
 	# SLURM_JWT=daemon: slurmrestd accepts JWTs and talks to slurmctld with each request's token.
 	start_daemon slurmrestd "" "${env[@]}" setpriv --reuid=$RESTD_USER --regid=$RESTD_USER --clear-groups \
 		/usr/sbin/slurmrestd "${rest_args[@]}" -a rest_auth/jwt "127.0.0.1:$REST_PORT"
-	wait_for "slurmrestd on :$REST_PORT" 30 rest_up
+	wait_for "slurmrestd on :$REST_PORT" 30 rest_up_or_die
+}
+
+rest_up_or_die() { # rest_up, or die at once with its log when slurmrestd has exited
+	rest_up && return 0
+	# wait_for sends our output to /dev/null: fd 3 is the script's stderr.
+	daemon_running slurmrestd || { tail -5 "$RUNDIR/slurmrestd.log" >&3; die "slurmrestd exited, see $RUNDIR/slurmrestd.log" 2>&3; }
+	return 1
 }
 
 # restart-rest: slurmrestd alone, a new process. It keeps what a listing of a large queue made it allocate (about
@@ -470,8 +478,14 @@ start_rest() {
 restart_rest() {
 	daemon_running slurmctld || die "slurmctld is not running: run up first"
 	stop_daemon slurmrestd
+	# stop_daemon sees the process gone once its main thread has left the chroot, but its other threads may still be
+	# tearing down gigabytes of memory with the listening socket open: a new slurmrestd would fail to bind (seen once
+	# after listings of 10,000 jobs: "not ready after 30 s").
+	wait_for "port :$REST_PORT free" 60 rest_port_free
 	start_rest
 }
+
+rest_port_free() { ! ss -Hltn "sport = :$REST_PORT" | grep -q .; }
 
 start() {
 	mount_all
