@@ -29,7 +29,6 @@
 #
 # The daemons share user names (and possibly uids) with the host's Slurm: never stop anything by name.
 set -euo pipefail
-exec 3>&2 # stderr, for what runs under wait_for's redirections
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -463,15 +462,11 @@ start_rest() {
 	# SLURM_JWT=daemon: slurmrestd accepts JWTs and talks to slurmctld with each request's token.
 	start_daemon slurmrestd "" "${env[@]}" setpriv --reuid=$RESTD_USER --regid=$RESTD_USER --clear-groups \
 		/usr/sbin/slurmrestd "${rest_args[@]}" -a rest_auth/jwt "127.0.0.1:$REST_PORT"
-	wait_for "slurmrestd on :$REST_PORT" 30 rest_up_or_die
+	wait_for "slurmrestd on :$REST_PORT" 30 rest_up_or_exited
+	daemon_running slurmrestd || { tail -5 "$RUNDIR/slurmrestd.log" >&2; die "slurmrestd exited at its start, see $RUNDIR/slurmrestd.log"; }
 }
 
-rest_up_or_die() { # rest_up, or die at once with its log when slurmrestd has exited
-	rest_up && return 0
-	# wait_for sends our output to /dev/null: fd 3 is the script's stderr.
-	daemon_running slurmrestd || { tail -5 "$RUNDIR/slurmrestd.log" >&3; die "slurmrestd exited, see $RUNDIR/slurmrestd.log" 2>&3; }
-	return 1
-}
+rest_up_or_exited() { rest_up || ! daemon_running slurmrestd; }
 
 # restart-rest: slurmrestd alone, a new process. It keeps what a listing of a large queue made it allocate (about
 # 150 KB per job on 26.05.5, and more after each listing), so juice-bench-scale restarts it before each phase.

@@ -154,6 +154,8 @@ func (b *bench) restartRestd(ctx context.Context, arenas *string) error {
 	}
 	cmd := exec.CommandContext(ctx, "sh", "-c", b.cfg.restartRestd)
 	cmd.Env = os.Environ()
+	// A process the command leaves running that kept its output would hold the pipe open for ever.
+	cmd.WaitDelay = 10 * time.Second
 	if arenas != nil {
 		cmd.Env = append(cmd.Env, "JUICE_CHROOT_RESTD_MALLOC_ARENA_MAX="+*arenas)
 	}
