@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -34,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -99,7 +101,10 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	if err := run(context.Background(), cfg, env); err != nil {
+	// SIGINT or SIGTERM ends the run through its clean-up: the jobs it submitted are cancelled.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, env); err != nil {
 		fail(err)
 	}
 }
@@ -144,6 +149,10 @@ func run(ctx context.Context, cfg config, env testbed.Env) error {
 	if err := b.checkMaxJobCount(ctx, cfg.sizes[len(cfg.sizes)-1]); err != nil {
 		return err
 	}
+	others, err := b.waitForPurge(ctx, cfg.sizes[0]/100)
+	if err != nil {
+		return err
+	}
 	defer b.cleanUp()
 	var md strings.Builder
 	fmt.Fprintf(&md, "# Polling cost with a large queue (issue 14 item 1)\n\n`make bench-scale` (test/bench/cmd/juice-bench-scale) "+
@@ -167,7 +176,8 @@ func run(ctx context.Context, cfg config, env testbed.Env) error {
 	}
 	fmt.Fprintf(&md, "A memory guard reads MemAvailable every 200 ms during each phase and probe: under %d MiB, it takes the daemons' "+
 		"counters, kills slurmrestd and stops the phase, which then shows what it measured until then, marked *stopped*. "+
-		"slurmrestd's peak RSS is its VmHWM (since its start).\n\n", cfg.minAvail>>20)
+		"slurmrestd's peak RSS is its VmHWM (since its start). At the start slurmctld held %d jobs of others (the sizes below "+
+		"count the bench's own; the probe's *jobs* are all that a listing returned).\n\n", cfg.minAvail>>20, others)
 	for _, size := range cfg.sizes {
 		if err := b.grow(ctx, size); err != nil {
 			return err
@@ -185,6 +195,37 @@ func run(ctx context.Context, cfg config, env testbed.Env) error {
 	}
 	fmt.Print(md.String())
 	return nil
+}
+
+// waitForPurge waits (at most -purge-wait) until slurmctld holds at most allowed finished jobs: the cancelled jobs
+// of an earlier run stay listed for MinJobAge and would swell the first size's listings. It returns how many jobs
+// slurmctld holds then.
+func (b *bench) waitForPurge(ctx context.Context, allowed int) (int, error) {
+	deadline := time.Now().Add(b.cfg.purgeWait)
+	for {
+		states, err := b.c.AllJobStates(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("every job's state: %w", err)
+		}
+		finished := 0
+		for _, s := range states {
+			if s.State.IsFinished() {
+				finished++
+			}
+		}
+		if finished <= allowed {
+			return len(states), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("slurmctld still holds %d finished jobs after %s (MinJobAge): an earlier run's?", finished, b.cfg.purgeWait)
+		}
+		logf("slurmctld holds %d finished jobs (of %d): waiting for their purge (MinJobAge)", finished, len(states))
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Second):
+		}
+	}
 }
 
 // checkMaxJobCount fails when slurmctld cannot hold the queue (slurm.conf MaxJobCount; the 26.05 chroot's is 200,000).
