@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/policy"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 )
 
@@ -68,6 +70,56 @@ func TestPoolLimitsAtThePrompt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "physics", r.Account, "the run's account is recorded for the policy and the report")
 	waitFor(t, 30*time.Second, "released", func() bool { return stateOf(t, s, run(job, 0)) == reconcile.StateReleased })
+	noLiveSession(t, s, job)
+}
+
+// Issue 13 item 8 on the real Slurm: a pool's cap on one user's GPUs (pool "lab": 1 per user, though it has 2).
+// While a user's job holds the GPU of the cap, the same user's next run is not asked of the Juice Controller: it
+// waits, with the reason in its history and its status, and does not fail. Once the first job ends, the second is
+// served (its prolog may have given up meanwhile, requeuing it: then a later run is).
+func TestUserCapMakesTheNextRunWait(t *testing.T) {
+	if legacyMode() {
+		t.Skip("pool lab is juice-sim's (the legacy controller's pools are its own): run without JUICE_E2E_JUICE=legacy")
+	}
+	ctx := context.Background()
+	s := openStore(t)
+	holder := sbatch(t, "--account=physics", "--juice-pool=lab", "-o", "/dev/null", "--wrap", "sleep 300")
+	defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
+	waitFor(t, 60*time.Second, "the holder's session is ready", func() bool { return stateOf(t, s, run(holder, 0)) == reconcile.StateReady })
+
+	outFile := filepath.Join(world.dir, "usercap.out")
+	job := sbatch(t, "--account=physics", "--juice-pool=lab", "-o", world.env.JobPath(outFile), "--wrap", "env")
+	var waiting reconcile.Reservation
+	waitFor(t, 60*time.Second, "the second run waits for its user's cap", func() bool {
+		rs, err := s.ForJob(ctx, job)
+		require.NoError(t, err)
+		for _, r := range rs {
+			if policy.IsWait(r.Status.Reason) {
+				waiting = r
+				return true
+			}
+		}
+		return false
+	})
+	require.Equal(t, reconcile.StatePending, waiting.Status.State, "a waiting run is not asked of the Juice Controller")
+	require.Contains(t, waiting.Status.Reason, "at most 1 at once (max_gpus_per_user)")
+	require.Contains(t, waiting.Status.Reason, "pool lab")
+	require.Equal(t, reconcile.StateReady, stateOf(t, s, run(holder, 0)), "the holder keeps its session")
+	evs, err := s.Events(ctx, waiting.ID)
+	require.NoError(t, err)
+	for _, e := range evs {
+		require.NotEqual(t, reconcile.EventRequest, e.Event, "the waiting run was asked for while its user was at the cap")
+	}
+
+	_, code := slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
+	require.Equal(t, 0, code)
+	j := waitJobDone(t, job, 4*time.Minute)
+	require.Equal(t, slurmrest.StateCompleted, j.State)
+	b, err := os.ReadFile(outFile)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "JUICE_POOL=lab\n")
+	require.Regexp(t, `(?m)^JUICE_SESSION_ID=[0-9a-f-]{36}$`, string(b))
+	noLiveSession(t, s, holder)
 	noLiveSession(t, s, job)
 }
 
