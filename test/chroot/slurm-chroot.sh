@@ -430,9 +430,27 @@ rest_up() { # any HTTP answer will do (/openapi/v3 wants a token on some release
 	[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$REST_PORT/openapi/v3")" != 000 ]
 }
 
+# wait_slurmctld: until slurmctld answers, for as long as it lives (15 minutes at most), saying what it is doing.
+# After a large queue it may take minutes to start: it purges, one by one, the script directories of jobs it no
+# longer knows (about 10 ms each: 20,000 left by make bench-scale took over 3 minutes, and a fixed 30 s wait
+# failed a make test that came after one).
+wait_slurmctld() {
+	local t0=$SECONDS next=10 logf=$ROOT/var/log/slurm/slurmctld.log
+	until in_root scontrol ping >/dev/null 2>&1; do
+		daemon_running slurmctld || die "slurmctld exited while starting (logs in $RUNDIR and $ROOT/var/log/slurm)"
+		((SECONDS - t0 >= 900)) && die "slurmctld not ready after 900 s (logs in $RUNDIR and $ROOT/var/log/slurm)"
+		if ((SECONDS - t0 >= next)); then
+			log "still waiting for slurmctld ($((SECONDS - t0)) s); its log says: $(tail -n 1 "$logf" 2>/dev/null | cut -c1-120)"
+			next=$((next + 10))
+		fi
+		sleep 0.3
+	done
+	log "slurmctld: ready"
+}
+
 start_slurm() {
 	start_daemon slurmctld "" /usr/sbin/slurmctld -D
-	wait_for slurmctld 30 in_root scontrol ping
+	wait_slurmctld
 	local n
 	for n in "${NODES[@]}"; do
 		start_daemon "slurmd-$n" "$n" /usr/sbin/slurmd -D -N "$n"
