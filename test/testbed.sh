@@ -581,12 +581,14 @@ EOF
 	fi
 	wait_for juice-sim 20 curl -fsS http://127.0.0.1:7070/healthz
 	local hook=127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}
+	# JUICE_TESTBED_CONTROLLER_ARGS: more flags for the controller, split on spaces (benchmarks: no look-ahead).
 	if ! alive "$RUN/juice-controller.pid"; then
 		log "starting the juice-slurm controller (hook API on $hook)"
 		setsid "$ART_BIN/juice-slurm" controller --cluster $CLUSTER --database-url "$db" \
 			--slurmrestd-url "http://127.0.0.1:$REST_PORT" --slurm-user $SLURM_USER --slurm-token-file "$TB/slurm-token" \
 			--juice-url http://127.0.0.1:7070 --juice-token-file "$demo/juice.token" --cluster-key $JUICE_ETC/cluster.key \
 			--hook-secret $JUICE_ETC/hook.secret --hook-listen "$hook" --poll-interval "${JUICE_TESTBED_POLL:-1s}" \
+			${JUICE_TESTBED_CONTROLLER_ARGS:-} \
 			--state-dir $JUICE_SESSIONS \
 			</dev/null >>"$LOG/juice-controller.log" 2>&1 &
 		echo $! >"$RUN/juice-controller.pid"

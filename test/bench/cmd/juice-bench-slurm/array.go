@@ -104,31 +104,46 @@ func (b arrayBench) array(ctx context.Context, c *slurmrest.Client, args ...stri
 // readyWhenBound counts the array's elements whose reservation was ready when it was bound to the element's job,
 // in the demo's database.
 func readyWhenBound(ctx context.Context, env testbed.Env, array uint32) (ahead, total int, err error) {
-	url := env.Get("JUICE_TESTBED_DEMO_DB_URL") // written by testbed.sh services
-	if url == "" {
-		return 0, 0, fmt.Errorf("no JUICE_TESTBED_DEMO_DB_URL in the test bed's env file")
-	}
-	pool, err := pgxpool.New(ctx, url)
+	s, done, err := demoStore(ctx, env)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer pool.Close()
-	s := store.New(pool, env.Cluster())
+	defer done()
 	rs, err := s.ForArray(ctx, array)
 	if err != nil {
 		return 0, 0, err
 	}
+	return countEvents(ctx, s, rs, func(e reconcile.Transition) bool {
+		return e.Event == reconcile.EventBound && e.From == reconcile.StateReady
+	})
+}
+
+// demoStore opens the demo's database, whose URL testbed.sh services writes into the test bed's env file.
+func demoStore(ctx context.Context, env testbed.Env) (*store.Store, func(), error) {
+	url := env.Get("JUICE_TESTBED_DEMO_DB_URL")
+	if url == "" {
+		return nil, nil, fmt.Errorf("no JUICE_TESTBED_DEMO_DB_URL in the test bed's env file")
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, nil, err
+	}
+	return store.New(pool, env.Cluster()), pool.Close, nil
+}
+
+// countEvents counts the reservations with at least one event that matches.
+func countEvents(ctx context.Context, s *store.Store, rs []reconcile.Reservation, match func(reconcile.Transition) bool) (n, total int, err error) {
 	for _, r := range rs {
 		evs, err := s.Events(ctx, r.ID)
 		if err != nil {
 			return 0, 0, err
 		}
 		for _, e := range evs {
-			if e.Event == reconcile.EventBound && e.From == reconcile.StateReady {
-				ahead++
+			if match(e) {
+				n++
 				break
 			}
 		}
 	}
-	return ahead, len(rs), nil
+	return n, len(rs), nil
 }

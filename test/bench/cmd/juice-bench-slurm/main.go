@@ -43,6 +43,12 @@ func main() {
 	arrayGPUs := flag.Int("array-pool-gpus", 4, "P7: the pool's GPUs, for the floor")
 	arrayCancel := flag.Duration("array-cancel-delay", 500*time.Millisecond, "P7: the simulator's cancel delay, for the floor")
 	arrayActivate := flag.Duration("array-activate-delay", time.Second, "P7: the simulator's activation delay, for the floor with it")
+	burstN := flag.Int("burst", 0, "bursts: jobs submitted at once (0 skips): plain, Juice, Juice without look-ahead")
+	burstRounds := flag.Int("burst-rounds", 3, "bursts: rounds of the three kinds")
+	burstPool := flag.String("burst-pool", "test", "bursts: the Juice pool")
+	burstSleep := flag.Duration("burst-sleep", 2*time.Second, "bursts: each job's run time")
+	burstGPUs := flag.Int("burst-pool-gpus", 16, "bursts: the pool's GPUs, for the report")
+	burstSlots := flag.Int("burst-slots", 16, "bursts: jobs the cluster runs at once, for the report (2 nodes of 2 cores, OverSubscribe=FORCE:4)")
 	flag.Parse()
 	env, err := testbed.Load(testbed.EnvFile())
 	if err != nil {
@@ -55,10 +61,16 @@ func main() {
 	}
 	ctx := context.Background()
 	var md strings.Builder
-	which := "P2, P4"
-	if *n == 0 && *held == 0 {
-		which = "P7"
+	var parts []string
+	for _, p := range []struct {
+		name string
+		on   bool
+	}{{"P2", *n > 0}, {"P7", *arrayN > 0}, {"bursts", *burstN > 0}, {"P4", *held > 0}} {
+		if p.on {
+			parts = append(parts, p.name)
+		}
 	}
+	which := strings.Join(parts, ", ")
 	fmt.Fprintf(&md, "## Benchmarks on the real Slurm %s cluster (%s)\n\n`go run ./test/bench/cmd/juice-bench-slurm` on %s, %s UTC; "+
 		"%d compute nodes (2 cores in all) with the SPANK plugin, job_submit.lua and the hooks wired; the test bed's controller (%s polls) "+
 		"and juice-sim (%s) running. Nothing is asserted on time.\n\n",
@@ -70,6 +82,13 @@ func main() {
 	}
 	if *arrayN > 0 {
 		b := arrayBench{n: *arrayN, pool: *arrayPool, gpus: *arrayGPUs, cancelDelay: *arrayCancel, activateDelay: *arrayActivate}
+		if err := b.run(ctx, env, slurm, &md); err != nil {
+			fail(err)
+		}
+	}
+	if *burstN > 0 {
+		b := burstBench{n: *burstN, rounds: *burstRounds, pool: *burstPool, sleep: *burstSleep,
+			poolGPUs: *burstGPUs, slots: *burstSlots, restart: restartServices}
 		if err := b.run(ctx, env, slurm, &md); err != nil {
 			fail(err)
 		}
