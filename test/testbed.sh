@@ -392,6 +392,10 @@ DO \$\$ BEGIN
 END \$\$;
 ALTER ROLE $PG_OWNER LOGIN NOSUPERUSER CREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '$own';
 ALTER ROLE $PG_RUNTIME LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '$rt';
+-- The tests' databases are made and dropped by the owner role (test/testbed CreateDatabase), WITH (FORCE) since a
+-- controller under test may still hold runtime-role connections: ending another role's backends needs this. A
+-- test bed privilege, not one the product needs (without it every such drop failed and 122 databases piled up).
+GRANT pg_signal_backend TO $PG_OWNER;
 EOF
 }
 

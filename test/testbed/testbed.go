@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -289,6 +290,49 @@ func NewDatabase(t testing.TB) string {
 	return url
 }
 
+// testDBPrefix starts the name of every database CreateDatabase makes; the Unix time of its creation follows.
+const testDBPrefix = "juice_test_"
+
+// staleAfter is the age past which a test database is taken for one whose drop never ran: no test or benchmark
+// runs that long.
+const staleAfter = 24 * time.Hour
+
+// dropStaleDatabases drops the test databases made more than staleAfter before now: best effort, since another
+// run may be dropping them too, and a failure here must not fail the test that is starting.
+func dropStaleDatabases(ctx context.Context, conn *pgx.Conn, now time.Time) {
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'juice\\_test\\_%'")
+	if err != nil {
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		if created, ok := testDBCreated(name); ok && now.Sub(created) > staleAfter {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		}
+	}
+}
+
+// testDBCreated reads the creation time out of a test database's name; ok is false for any other name (those of
+// older versions, without the time, are left alone).
+func testDBCreated(name string) (time.Time, bool) {
+	rest, ok := strings.CutPrefix(name, testDBPrefix)
+	if !ok {
+		return time.Time{}, false
+	}
+	ts, _, ok := strings.Cut(rest, "_")
+	if !ok {
+		return time.Time{}, false
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || sec <= 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(sec, 0), true
+}
+
 // CreateDatabase creates an empty database with a random name and returns its URL and a function that drops it.
 func CreateDatabase(ctx context.Context, env Env) (string, func() error, error) {
 	admin := env.PostgresURL()
@@ -299,7 +343,9 @@ func CreateDatabase(ctx context.Context, env Env) (string, func() error, error) 
 		return "", nil, fmt.Errorf("connect to PostgreSQL at %s: %w", redact(admin), err)
 	}
 	defer conn.Close(ctx)
-	name := "juice_test_" + randomSuffix()
+	dropStaleDatabases(ctx, conn, time.Now())
+	// The creation time is in the name: a database whose drop never ran (a killed run) is found by its age.
+	name := fmt.Sprintf("%s%d_%s", testDBPrefix, time.Now().Unix(), randomSuffix())
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", nil, fmt.Errorf("create database %s: %w", name, err)
 	}
