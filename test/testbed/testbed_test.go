@@ -30,7 +30,8 @@ func TestCreateDatabaseDropsStaleOnes(t *testing.T) {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, env.PostgresURL())
 	require.NoError(t, err)
-	defer conn.Close(ctx)
+	// Closed after the drops below (cleanups run last first), not by a defer, which would run before them.
+	t.Cleanup(func() { conn.Close(context.Background()) })
 	now := time.Now()
 	stale := fmt.Sprintf("%s%d_%s", testDBPrefix, now.Add(-staleAfter-time.Hour).Unix(), randomSuffix())
 	young := fmt.Sprintf("%s%d_%s", testDBPrefix, now.Add(-staleAfter+time.Hour).Unix(), randomSuffix())
