@@ -97,8 +97,10 @@ echo "   and it is served once the 3-GPU job ends"
 nofit=$(sbatch --parsable --job-name=nofit --juice-pool=demo --juice-gpu-count=2 -o "$JOBDIR/nofit.out" --wrap 'env | grep ^JUICE_')
 echo "    submitted job $nofit"
 
-say "4. A job reserved while pending (it waits for a license the 3-GPU job holds), then cancelled: its session is released"
-cancelme=$(sbatch --parsable --job-name=cancelme -L juice_demo --juice-pool=test -o /dev/null --wrap true)
+say "4. A job that may start in a minute (sbatch --begin=now+60) is reserved while pending, so that its session is"
+echo "   ready when it starts; cancelled before then, its session is released"
+# Not a job that waits for a license: the look-ahead leaves those alone (a license may not free up for long).
+cancelme=$(sbatch --parsable --job-name=cancelme --begin=now+60 --juice-pool=test -o /dev/null --wrap true)
 for _ in $(seq 1 30); do [ "$(reservation_state "$cancelme")" = ready ] && break; sleep 1; done
 echo "    job $cancelme: $(squeue -h -j "$cancelme" -o '%T (%r)'), reservation $(reservation_state "$cancelme")"
 scancel "$cancelme"
