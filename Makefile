@@ -96,8 +96,10 @@ unit:
 # Everything CI runs: the test bed comes up first (installing what is missing), then the C and Go suites
 # against the real daemons, the end-to-end suite and a short chaos run on each Slurm release's fully wired
 # cluster (22.05 on the host, 24.11 and 26.05 in chroots), the security suite (on the host), the legacy Juice
-# controller as the Juice side (on the host), then the REST compatibility runs.
-test: testbed-up build lint test-spank test-go test-smoke test-failover test-releases test-security test-juice-legacy test-compat
+# controller as the Juice side (on the host), then the REST compatibility runs; last, the packages are built and
+# checked, the .deb installed, and the demo run from the installed files (issue 13's acceptance, and the README's
+# first command: the demo fails on any step that does not do what it shows).
+test: testbed-up build lint test-spank test-go test-smoke test-failover test-releases test-security test-juice-legacy test-compat test-package demo-installed
 	@echo "make test: all suites passed"
 
 test-spank:
