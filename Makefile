@@ -215,7 +215,9 @@ bench: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/bench.sh'
 
 # Issue 14 item 1: the controller's polling cost with a large queue, on the Slurm 26.05 chroot (its own lock: held for
-# the whole run, about 20 minutes). BENCH_SCALE_SIZES: the queue sizes, growing; 100,000 needs over 30 GB free (slurmrestd).
+# the whole run: about 20 minutes at 10,000,20,000, about 50 at 10,000,100,000). BENCH_SCALE_SIZES: the queue sizes,
+# growing. At 100,000 one listing takes slurmrestd about 4 minutes and 14 GiB: slurmrestd is started anew before each
+# phase, and a phase is stopped (slurmrestd killed, its figures so far kept) when MemAvailable falls under 3 GiB.
 BENCH_SCALE_SIZES ?= 10000,20000
 bench-scale: build
 	flock -o $(dir $(HOST_LOCK))chroot-sid.lock sh -c 'bash test/chroot/slurm-chroot.sh up sid && \
