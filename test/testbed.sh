@@ -127,6 +127,13 @@ install_packages() {
 	compgen -G '/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a' >/dev/null || need+=(libclang-rt-14-dev)
 	# promtool checks deploy/monitoring's alert rules (TestAlertRulesPassPromtool); the server is not started.
 	command -v promtool >/dev/null || need+=(prometheus)
+	# For make test-package (test/package/check.sh): the .rpm's file list, the man page's rendering and lookup,
+	# the binaries' ELF headers and strings.
+	command -v rpm2cpio >/dev/null || need+=(rpm2cpio)
+	command -v cpio >/dev/null || need+=(cpio)
+	command -v groff >/dev/null || need+=(groff-base)
+	command -v man >/dev/null || need+=(man-db)
+	command -v readelf >/dev/null && command -v strings >/dev/null || need+=(binutils)
 	((${#need[@]})) || return 0
 	log "installing from Debian's packages: ${need[*]}"
 	# Postinst scripts would start the daemons themselves (without our config); policy-rc.d tells them not to.
