@@ -396,13 +396,13 @@ DO \$\$ BEGIN
 	IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_OWNER') THEN CREATE ROLE $PG_OWNER; END IF;
 	IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_RUNTIME') THEN CREATE ROLE $PG_RUNTIME; END IF;
 	IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'juice') THEN ALTER ROLE juice NOSUPERUSER NOLOGIN; END IF;
+	-- The tests' databases are made and dropped by the owner role (test/testbed CreateDatabase), WITH (FORCE) since
+	-- a controller under test may still hold runtime-role connections: ending another role's backends needs this.
+	-- A test bed privilege, not one the product needs (without it every such drop failed and 122 databases piled up).
+	IF NOT pg_has_role('$PG_OWNER', 'pg_signal_backend', 'MEMBER') THEN GRANT pg_signal_backend TO $PG_OWNER; END IF;
 END \$\$;
 ALTER ROLE $PG_OWNER LOGIN NOSUPERUSER CREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '$own';
 ALTER ROLE $PG_RUNTIME LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '$rt';
--- The tests' databases are made and dropped by the owner role (test/testbed CreateDatabase), WITH (FORCE) since a
--- controller under test may still hold runtime-role connections: ending another role's backends needs this. A
--- test bed privilege, not one the product needs (without it every such drop failed and 122 databases piled up).
-GRANT pg_signal_backend TO $PG_OWNER;
 EOF
 }
 
