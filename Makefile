@@ -16,7 +16,7 @@ export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
-.PHONY: all build go-build spank install package test-package demo-installed test-failover chaos-failover test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
+.PHONY: all build go-build spank install package test-package demo-installed bench-p5-large test-failover chaos-failover test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
 	testbed-wire demo bench bench-scale chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy chaos-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -213,6 +213,12 @@ test-juice-legacy-loss:
 
 bench: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/bench.sh'
+
+# Issue 14 item 5: P5 (the controller's memory and standing cost) at 100,000 tracked runs, PostgreSQL only, about
+# 10 minutes; the figures go to test/results/bench-p5-100k.md (make bench runs P5 at 10,000).
+BENCH_P5_N ?= 100000
+bench-p5-large:
+	mkdir -p build && JUICE_BENCH_HEAPPROFILE=build/p5-heap.pprof $(GO) run ./test/bench/cmd/juice-bench -only p5 -p5-n $(BENCH_P5_N) -out test/results/bench-p5-100k.md
 
 # Issue 14 item 1: the controller's polling cost with a large queue, on the Slurm 26.05 chroot (its own lock: held for
 # the whole run: about 20 minutes at 10,000,20,000, about 50 at 10,000,100,000). BENCH_SCALE_SIZES: the queue sizes,
