@@ -69,6 +69,7 @@ type config struct {
 	minAvail     int64    // bytes: a phase stops when MemAvailable falls under this
 	probe        int      // listings one after another in the memory probe
 	probeArenas  []string // MALLOC_ARENA_MAX settings of the probe ("" is glibc's default)
+	fullArenas   []string // the full-listings phase runs once with each
 }
 
 func main() {
@@ -87,7 +88,12 @@ func main() {
 	minAvail := flag.Int64("min-available", 3072, "MiB: a phase or probe stops (slurmrestd killed and restarted) when MemAvailable falls under this")
 	flag.IntVar(&cfg.probe, "probe-listings", 2, "the memory probe at each size: this many listings of the whole queue one after another from a new slurmrestd (0: no probe)")
 	arenas := flag.String("probe-arenas", ",2", "the probe's MALLOC_ARENA_MAX settings of slurmrestd, comma-separated (empty: glibc's default); needs -restart-restd")
+	fullArenas := flag.String("full-arenas", ",2", "the full-listings phase runs once for each of these MALLOC_ARENA_MAX settings of slurmrestd (empty: glibc's default); needs -restart-restd, else it runs once")
 	flag.Parse()
+	cfg.fullArenas = strings.Split(*fullArenas, ",")
+	if cfg.restartRestd == "" {
+		cfg.fullArenas = cfg.fullArenas[:1]
+	}
 	cfg.minAvail = *minAvail << 20
 	cfg.probeArenas = strings.Split(*arenas, ",")
 	for _, s := range strings.Split(*sizes, ",") {
@@ -149,7 +155,8 @@ func run(ctx context.Context, cfg config, env testbed.Env) error {
 	if err := b.checkMaxJobCount(ctx, cfg.sizes[len(cfg.sizes)-1]); err != nil {
 		return err
 	}
-	others, err := b.waitForPurge(ctx, cfg.sizes[0]/100)
+	// Other users' finished jobs are normal (an e2e run leaves a hundred); an earlier run of the bench leaves thousands.
+	others, err := b.waitForPurge(ctx, max(cfg.sizes[0]/10, 500))
 	if err != nil {
 		return err
 	}
@@ -313,6 +320,7 @@ func (b *bench) submit(ctx context.Context, isJuice bool) (uint32, error) {
 type phase struct {
 	name          string
 	design        string  // "", "full", "tracking"
+	arenas        *string // slurmrestd's MALLOC_ARENA_MAX in this phase; nil: the chroot's default
 	ctld, restd   float64 // CPU seconds per minute over the measured time
 	measured      time.Duration
 	first         listing // the first poll (a listing): its wall time, the daemons' CPU, slurmrestd's RSS after it
@@ -326,6 +334,7 @@ type phase struct {
 	gets          int64
 	discoveries   int64
 	listWall      time.Duration // summed
+	discoverWall  time.Duration // summed
 	firstPoll     time.Duration
 	reservedFirst int
 	fresh         []time.Duration
@@ -337,19 +346,33 @@ type phase struct {
 type result struct {
 	size, juice int
 	poll        time.Duration
+	probeN      int // listings asked of each probe run
 	probe       []probeRun
 	phases      []*phase
 }
 
 func (b *bench) measure(ctx context.Context, size int) (*result, error) {
-	res := &result{size: len(b.plain) + len(b.juice), juice: len(b.juice), poll: b.cfg.poll}
+	res := &result{size: len(b.plain) + len(b.juice), juice: len(b.juice), poll: b.cfg.poll, probeN: b.cfg.probe}
 	probe, err := b.probe(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("size %d, the memory probe: %w", size, err)
 	}
 	res.probe = probe
-	for _, ph := range []*phase{{name: "baseline (no controller)"}, {name: "full listings (before)", design: "full"},
-		{name: "tracking (now)", design: "tracking"}, {name: "baseline again", design: ""}} {
+	phases := []*phase{{name: "baseline (no controller)"}}
+	for _, a := range b.cfg.fullArenas {
+		ph := &phase{name: "full listings (before)", design: "full"}
+		if b.cfg.restartRestd != "" && len(b.cfg.fullArenas) > 1 {
+			ph.arenas = &a
+			if a == "" {
+				ph.name += ", slurmrestd with glibc's default arenas"
+			} else {
+				ph.name += ", slurmrestd with MALLOC_ARENA_MAX=" + a
+			}
+		}
+		phases = append(phases, ph)
+	}
+	phases = append(phases, &phase{name: "tracking (now)", design: "tracking"}, &phase{name: "baseline again"})
+	for _, ph := range phases {
 		logf("size %d: phase %s", size, ph.name)
 		if err := b.runPhase(ctx, ph); err != nil {
 			return nil, fmt.Errorf("size %d, phase %s: %w", size, ph.name, err)
@@ -366,6 +389,7 @@ type counting struct {
 	controller.Slurm
 	lists, states, gets atomic.Int64
 	all                 atomic.Int64 // discoveries (every job's state)
+	allWall             atomic.Int64 // their wall time, summed
 	listWall            atomic.Int64 // of the listings that ended
 	listing             atomic.Int64 // UnixNano of the start of the listing in flight, 0 when none
 }
@@ -388,8 +412,13 @@ func (c *counting) GetJob(ctx context.Context, id uint32) (*slurmrest.Job, error
 }
 
 func (c *counting) AllJobStates(ctx context.Context) ([]slurmrest.JobStatus, error) {
-	c.all.Add(1)
-	return c.Slurm.AllJobStates(ctx)
+	t := time.Now()
+	s, err := c.Slurm.AllJobStates(ctx)
+	if err == nil {
+		c.all.Add(1)
+		c.allWall.Add(int64(time.Since(t)))
+	}
+	return s, err
 }
 
 func (c *counting) JobStates(ctx context.Context, ids []uint32) ([]slurmrest.JobStatus, error) {
@@ -399,7 +428,7 @@ func (c *counting) JobStates(ctx context.Context, ids []uint32) ([]slurmrest.Job
 
 func (b *bench) runPhase(ctx context.Context, ph *phase) error {
 	// Each phase starts with a new slurmrestd: what an earlier phase's listings left allocated stays out of it.
-	if err := b.restartRestd(ctx, nil); err != nil {
+	if err := b.restartRestd(ctx, ph.arenas); err != nil {
 		return err
 	}
 	// A phase with a controller lists the queue: it starts only with a GiB more than the guard's floor. A baseline
@@ -431,6 +460,7 @@ func (b *bench) runPhase(ctx context.Context, ph *phase) error {
 				ph.inflight = last.at.Sub(time.Unix(0, t))
 			}
 			ph.polls, ph.lists, ph.listWall = polls.Load(), cs.lists.Load(), time.Duration(cs.listWall.Load())
+			ph.discoverWall = time.Duration(cs.allWall.Load())
 			ph.states, ph.gets, ph.discoveries = cs.states.Load(), cs.gets.Load(), cs.all.Load()
 		}
 		if measuredFrom != nil && last.restd != 0 {
@@ -503,6 +533,7 @@ func (b *bench) runPhase(ctx context.Context, ph *phase) error {
 		cs.states.Store(0)
 		cs.gets.Store(0)
 		cs.listWall.Store(0)
+		cs.allWall.Store(0)
 		go func() {
 			defer close(pollDone)
 			tick := time.NewTicker(b.cfg.poll)
@@ -586,7 +617,7 @@ loop:
 	}
 	ph.polls = polls.Load() // the minute's, not the tail's
 	ph.lists, ph.states, ph.gets, ph.discoveries = cs.lists.Load(), cs.states.Load(), cs.gets.Load(), cs.all.Load()
-	ph.listWall = time.Duration(cs.listWall.Load())
+	ph.listWall, ph.discoverWall = time.Duration(cs.listWall.Load()), time.Duration(cs.allWall.Load())
 
 	// The tail: the poller may still reserve the minute's last new jobs (not measured for CPU).
 	deadline := time.Now().Add(b.cfg.tail)
@@ -741,7 +772,7 @@ func (r *result) write(md *strings.Builder) {
 	baseRest /= float64(max(nb, 1))
 	fmt.Fprintf(md, "## %d queued jobs, %d of them Juice jobs\n\n", r.size, r.juice)
 	r.writeProbe(md)
-	fmt.Fprintf(md, "| phase | slurmctld CPU s/min | caused by the controller | slurmrestd CPU s/min | caused by the controller |  polls | listings | listing wall, mean s | job-state requests (known runs) | discoveries (every job's state) | GETs | first poll: wall s / slurmctld CPU s / slurmrestd CPU s | slurmrestd peak RSS MiB | freshness p50 / max s | new Juice jobs not reserved |\n")
+	fmt.Fprintf(md, "| phase | slurmctld CPU s/min | caused by the controller | slurmrestd CPU s/min | caused by the controller |  polls | listings | listing wall, mean s | job-state requests (known runs) | discoveries (every job's state): count, mean wall s | GETs | first poll: wall s / slurmctld CPU s / slurmrestd CPU s | slurmrestd peak RSS MiB | freshness p50 / max s | new Juice jobs not reserved |\n")
 	fmt.Fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var notes []string
 	for _, ph := range r.phases {
@@ -763,6 +794,10 @@ func (r *result) write(md *strings.Builder) {
 		if ph.design == "" {
 			fmt.Fprintf(md, "| %s | %s | | %s | | | | | | | | | %d | | |\n", name, cpu(ph.ctld), cpu(ph.restd), ph.peak>>20)
 			continue
+		}
+		disc := fmt.Sprintf("%d", ph.discoveries)
+		if ph.discoveries > 0 {
+			disc += fmt.Sprintf(", %.2f", (ph.discoverWall / time.Duration(ph.discoveries)).Seconds())
 		}
 		wall := "–"
 		if ph.lists > 0 {
@@ -791,8 +826,8 @@ func (r *result) write(md *strings.Builder) {
 		if ph.stopped != "" {
 			unseen = fmt.Sprintf("– (%d submitted)", ph.newJobs)
 		}
-		fmt.Fprintf(md, "| %s | %s | %s | %s | %s | %d%s | %d | %s | %d | %d | %d | %s | %d | %s | %s |\n", name, cpu(ph.ctld), caused(ph.ctld, base),
-			cpu(ph.restd), caused(ph.restd, baseRest), ph.polls, errs, ph.lists, wall, ph.states, ph.discoveries, ph.gets, first, ph.peak>>20, fresh, unseen)
+		fmt.Fprintf(md, "| %s | %s | %s | %s | %s | %d%s | %d | %s | %d | %s | %d | %s | %d | %s | %s |\n", name, cpu(ph.ctld), caused(ph.ctld, base),
+			cpu(ph.restd), caused(ph.restd, baseRest), ph.polls, errs, ph.lists, wall, ph.states, disc, ph.gets, first, ph.peak>>20, fresh, unseen)
 	}
 	fmt.Fprintf(md, "\n")
 	n := 0
@@ -820,6 +855,26 @@ func (r *result) write(md *strings.Builder) {
 			n, ph.name, where, ph.stopped, ph.minAvail>>20)
 	}
 	r.writePerMinute(md)
+	var whole, stopped, skipped []string
+	for _, ph := range r.phases {
+		switch {
+		case ph.skipped != "":
+			skipped = append(skipped, ph.name)
+		case ph.stopped != "":
+			stopped = append(stopped, ph.name)
+		default:
+			whole = append(whole, ph.name)
+		}
+	}
+	fmt.Fprintf(md, "At %d jobs, measured whole: %s; stopped by the memory guard (partly measured, see above): %s; not run: %s.\n\n",
+		r.size, list(whole), list(stopped), list(skipped))
+}
+
+func list(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 // writeProbe is the memory probe's table: listings one after another from a new slurmrestd.
@@ -827,8 +882,8 @@ func (r *result) writeProbe(md *strings.Builder) {
 	if len(r.probe) == 0 {
 		return
 	}
-	fmt.Fprintf(md, "What a listing of the whole queue (`GET jobs`, no `update_time`) costs, listed %d times one after another from a new slurmrestd, "+
-		"for each MALLOC_ARENA_MAX of its environment (none: glibc's default, 8 arenas per core):\n\n", len(r.probe[0].lists))
+	fmt.Fprintf(md, "What a listing of the whole queue (`GET jobs`, no `update_time`) costs, up to %d listings one after another from a new slurmrestd, "+
+		"for each MALLOC_ARENA_MAX of its environment (none: glibc's default, 8 arenas per core):\n\n", r.probeN)
 	fmt.Fprintf(md, "| slurmrestd MALLOC_ARENA_MAX | listing | jobs | wall s | slurmctld CPU s | slurmrestd CPU s | slurmrestd RSS after, MiB | slurmrestd peak RSS, MiB |\n")
 	fmt.Fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, pr := range r.probe {
@@ -878,7 +933,7 @@ func (r *result) writePerMinute(md *strings.Builder) {
 	per := float64(time.Minute) / float64(one.wall)
 	fmt.Fprintf(md, "One listing of %d jobs (%s) took %.1f s of wall time, %.1f CPU s of slurmctld and %.1f of slurmrestd: longer than the "+
 		"%s poll interval, so the full-listings design (a listing at every poll while anything changes, here every second) lists back to back: "+
-		"%.1f listings a minute, about %.1f s of slurmctld CPU and %.1f s of slurmrestd CPU per minute (%.2f and %.2f of a core).\n\n",
+		"%.2f listings a minute, about %.1f s of slurmctld CPU and %.1f s of slurmrestd CPU per minute (%.2f and %.2f of a core).\n\n",
 		r.size, from, one.wall.Seconds(), one.ctld, one.restd, r.poll, per, one.ctld*per, one.restd*per, one.ctld*per/60, one.restd*per/60)
 }
 
