@@ -361,7 +361,7 @@ func (b *bench) measure(ctx context.Context, size int) (*result, error) {
 	phases := []*phase{{name: "baseline (no controller)"}}
 	for _, a := range b.cfg.fullArenas {
 		ph := &phase{name: "full listings (before)", design: "full"}
-		if b.cfg.restartRestd != "" && len(b.cfg.fullArenas) > 1 {
+		if b.cfg.restartRestd != "" {
 			ph.arenas = &a
 			if a == "" {
 				ph.name += ", slurmrestd with glibc's default arenas"
