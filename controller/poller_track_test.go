@@ -104,8 +104,9 @@ func TestPollerTrackingSeesRequeueAndVanish(t *testing.T) {
 	require.Equal(t, "GONE", r4.Spec.JobState)
 }
 
-// The known runs' states are asked at TrackPace: a large tracked set, slow to answer, is not asked at every poll,
-// and is asked again once the pace allows; an end seen then is acted on as at any poll.
+// The known runs' states are asked at TrackPace once they need more than one request (StatesBatch): a large
+// tracked set is not asked at every poll, and is asked again once the pace allows; an end seen then is acted on as
+// at any poll. A set that fits in one request is asked at every poll.
 func TestPollerTracksKnownRunsAtTrackPace(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -114,18 +115,31 @@ func TestPollerTracksKnownRunsAtTrackPace(t *testing.T) {
 	p.TrackPace = ListPace{Factor: 10, Min: time.Minute, Max: time.Minute}
 	h.slurm.Set(fakeslurm.JuiceJob(7, 0, slurmrest.StateRunning, trackReq))
 	require.NoError(t, p.Poll(ctx)) // the listing
-	require.NoError(t, p.Poll(ctx)) // the first tracking
-	require.Equal(t, 1, h.slurm.States())
+	for i := 0; i < 3; i++ {
+		*clock = clock.Add(time.Second)
+		require.NoError(t, p.Poll(ctx))
+	}
+	require.Equal(t, 3, h.slurm.States(), "one request's worth of runs: tracked at every poll")
+
+	for i := 0; i < slurmrest.StatesBatch; i++ {
+		h.slurm.Set(fakeslurm.JuiceJob(uint32(20000+i), 0, slurmrest.StateRunning, trackReq))
+	}
+	*clock = clock.Add(2 * time.Hour) // a listing is due: it finds them
+	require.NoError(t, p.Poll(ctx))
+	*clock = clock.Add(time.Second)
+	require.NoError(t, p.Poll(ctx)) // the first tracking of all of them
+	calls := h.slurm.States()
+	require.Equal(t, 4, calls)
 	h.slurm.Set(fakeslurm.JuiceJob(7, 0, slurmrest.StateCompleted, trackReq))
 	for i := 0; i < 5; i++ {
 		*clock = clock.Add(10 * time.Second)
 		require.NoError(t, p.Poll(ctx))
 	}
-	require.Equal(t, 1, h.slurm.States(), "not tracked again within the pace")
+	require.Equal(t, calls, h.slurm.States(), "not tracked again within the pace")
 	require.True(t, h.run(t, 7, 0).Spec.Wanted, "its end not seen yet")
 	*clock = clock.Add(11 * time.Second)
 	require.NoError(t, p.Poll(ctx))
-	require.Equal(t, 2, h.slurm.States())
+	require.Equal(t, calls+1, h.slurm.States())
 	require.False(t, h.run(t, 7, 0).Spec.Wanted, "the end seen at the next tracking")
 }
 
