@@ -69,9 +69,9 @@ func (l ListPace) after(wall time.Duration) time.Duration {
 // reservation and never acts on Slurm. A poll costs slurmctld either one conditional listing of the queue
 // (update_time: "nothing changed" is cheap, any change returns every job), or, between listings paced by what they
 // cost (ListPace) and when the API has it (v0.0.40+), the states of the open reservations' jobs only (JobStates,
-// one light RPC per 400 jobs, paced the same way when there are many) and one GET for each of those whose state changed, and, paced the same way, a
-// discovery of the jobs submitted since (every job's state, then one GET per new job id). A single GET also
-// confirms that a job missing from the listing is really gone. From what it knows of the Juice jobs it
+// one light RPC per 400 jobs, paced the same way when there are more) and one GET for each of those whose state
+// changed, and, paced the same way, a discovery of the jobs submitted since (every job's state, then one GET per
+// new job id). A single GET also confirms that a job missing from the listing is really gone. From what it knows of the Juice jobs it
 //
 //   - creates a pending reservation for each Juice job that wants one now: CONFIGURING, RUNNING or SUSPENDED, or
 //     PENDING and picked by the look-ahead policy (the store decides whether the run may be reserved);
@@ -99,8 +99,9 @@ type Poller struct {
 	DiscoverPace ListPace
 	// TrackPace paces the tracking of the known runs' states the same way (the zero value is DefaultListPace with
 	// Max 1 minute) once they need more than one request (slurmrest.StatesBatch): fewer are tracked at every poll;
-	// 100,000 of them are 250 requests, which slurmrestd and slurmctld would otherwise serve every poll. Tracking only puts off seeing
-	// a run end or vanish without its epilog (the epilog reports its job's end at once) and a pending job cancelled.
+	// 100,000 of them are 250 requests, which slurmrestd and slurmctld would otherwise serve every poll. The pace
+	// only puts off seeing a run end or vanish without its epilog (the epilog reports its job's end at once) and a
+	// pending job cancelled.
 	TrackPace ListPace
 	// FullListings lists the queue at every poll and never tracks states: the design before issue 14, kept to
 	// compare with (test/bench/cmd/juice-bench-scale) and as a way out.

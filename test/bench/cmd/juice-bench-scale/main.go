@@ -8,8 +8,8 @@
 //   - baseline again, to show the machine did not drift.
 //
 // For each phase: slurmctld's and slurmrestd's CPU seconds per minute (utime+stime of their processes over the
-// phase's minute), slurmrestd's peak RSS, the poller's requests, and the look-ahead's freshness: the time from a Juice job's submission to
-// its reservation's creation. The queue is grown to each size in turn: the held plain jobs and the Juice jobs (1% of
+// phase's minute), slurmrestd's peak RSS, the poller's requests, and the look-ahead's freshness: the time from a
+// Juice job's submission to its reservation's creation. The queue is grown to each size in turn: the held plain jobs and the Juice jobs (1% of
 // the queue), each pending with a begin time a week ahead so nothing runs; the poller's look-ahead window (8 days)
 // reserves every Juice job, so each new one measures freshness. The poller runs alone (no reconciler): reservations
 // stay pending, which changes nothing Slurm sees. Nothing is asserted on time; the figures are written to -out.

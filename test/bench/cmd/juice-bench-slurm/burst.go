@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -81,7 +80,7 @@ func (b burstBench) run(ctx context.Context, env testbed.Env, c *slurmrest.Clien
 		}
 		current = ""
 	}
-	plain := median(took[0])
+	plain := stats(took[0]).p50
 	sleepArg := fmt.Sprintf("sleep %g", b.sleep.Seconds())
 	fmt.Fprintf(md, "### Bursts: %d jobs of `%s` submitted at once (issue 14 item 6)\n\n"+
 		"`sbatch --wrap '%s'` %d times from 8 threads at once, plain, with `--juice-pool=%s`, and with it while "+
@@ -105,10 +104,10 @@ func (b burstBench) run(ctx context.Context, env testbed.Env, c *slurmrest.Clien
 				startText = fmt.Sprintf("%.1f / %.1f", st.p50.Seconds(), st.max.Seconds())
 			}
 		}
-		fmt.Fprintf(md, "| %s | %.1f | %s | %.2f | %s | %s |\n", kind.name, median(took[k]).Seconds(), strings.Join(each, ", "),
-			median(took[k]).Seconds()/plain.Seconds(), readyText, startText)
+		fmt.Fprintf(md, "| %s | %.1f | %s | %.2f | %s | %s |\n", kind.name, stats(took[k]).p50.Seconds(), strings.Join(each, ", "),
+			stats(took[k]).p50.Seconds()/plain.Seconds(), readyText, startText)
 	}
-	ratio := median(took[1]).Seconds() / plain.Seconds()
+	ratio := stats(took[1]).p50.Seconds() / plain.Seconds()
 	fmt.Fprintf(md, "\nJuice against plain (medians): **%.2f**. Target ≤ 1.10: %s.\n\n", ratio, verdict(ratio <= 1.10))
 	fmt.Fprintf(md, "Why, from the reservations' times: the jobs of a wave start as soon as they are submitted or a "+
 		"slot frees, so nothing can be reserved for them ahead, and each waits in its prolog for a session to start "+
@@ -217,11 +216,6 @@ func readyWhenStarted(ctx context.Context, env testbed.Env, started map[uint32]t
 	return ahead, total, toReady, nil
 }
 
-func median(ds []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
-}
 
 // restartServices restarts the test bed's simulator and controller, the controller with extra arguments.
 func restartServices(args string) error {
