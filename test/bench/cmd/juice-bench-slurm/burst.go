@@ -216,7 +216,6 @@ func readyWhenStarted(ctx context.Context, env testbed.Env, started map[uint32]t
 	return ahead, total, toReady, nil
 }
 
-
 // restartServices restarts the test bed's simulator and controller, the controller with extra arguments.
 func restartServices(args string) error {
 	cmd := exec.Command("bash", "test/testbed.sh", "services-restart")
