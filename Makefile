@@ -244,7 +244,7 @@ chaos-short: build
 
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseVRAM$$' -fuzztime $(FUZZTIME) ./reconcile/request/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseVRAM$$' -fuzztime $(FUZZTIME) ./internal/vram/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./reconcile/request/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./reconcile/session/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJobs$$' -fuzztime $(FUZZTIME) ./slurmrest/

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
@@ -69,7 +70,7 @@ func newHarnessWith(t *testing.T, legacy juicesim.Legacy, tweaks ...func(*juices
 	st := store.New(pool, "c1")
 	require.NoError(t, st.CheckSchema(context.Background()))
 	cfg := juicesim.Config{Token: testToken, Legacy: legacy,
-		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*request.GiB)}}
+		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*vram.GiB)}}
 	for _, tweak := range tweaks {
 		tweak(&cfg)
 	}

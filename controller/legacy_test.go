@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
@@ -66,11 +67,11 @@ func TestLegacyLostAnswerWhileQueuedCancelsTheOrphan(t *testing.T) {
 	// Fill both agents with slices so a whole-GPU request queues.
 	var blockers []string
 	for range 2 {
-		id, err := h.juice.RequestSession(ctx, uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 4, VRAMPerGPU: 79 * request.GiB})
+		id, err := h.juice.RequestSession(ctx, uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 4, VRAMPerGPU: 79 * vram.GiB})
 		require.NoError(t, err)
 		blockers = append(blockers, id)
 	}
-	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 2}, request.Request{Pool: "test", GPUs: 1, VRAM: 40 * request.GiB})
+	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 2}, request.Request{Pool: "test", GPUs: 1, VRAM: 40 * vram.GiB})
 	_, err := h.reconciler(crashingJuice{h.juice, true}).Reconcile(ctx, r.ID)
 	require.ErrorIs(t, err, errCrash)
 	rc := h.reconciler(nil)
@@ -161,8 +162,8 @@ func TestLegacySessionReadsAreValidated(t *testing.T) {
 	}{
 		{"empty", gpus2, func(s *juiceapi.Session) { *s = juiceapi.Session{State: juiceapi.StateActive} }, "empty session"},
 		{"fewer GPUs", gpus2, func(s *juiceapi.Session) { s.GPUs = s.GPUs[:1] }, "gives 1 GPU(s) for 2 asked"},
-		{"less VRAM", request.Request{Pool: "test", GPUs: 1, VRAM: 8 * request.GiB},
-			func(s *juiceapi.Session) { s.GPUs[0].VRAMRequired = 4 * request.GiB }, "gives 0 GPU(s) with at least 8589934592 bytes of VRAM for 1 asked"},
+		{"less VRAM", request.Request{Pool: "test", GPUs: 1, VRAM: 8 * vram.GiB},
+			func(s *juiceapi.Session) { s.GPUs[0].VRAMRequired = 4 * vram.GiB }, "gives 0 GPU(s) with at least 8589934592 bytes of VRAM for 1 asked"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -201,7 +202,7 @@ func TestLegacySessionReadsAreValidated(t *testing.T) {
 func TestLegacyNeverFitIsNeverSent(t *testing.T) {
 	t.Parallel()
 	h := newHarnessWith(t, juicesim.AllLegacy())
-	for i, req := range []request.Request{{Pool: "test", GPUs: 8}, {Pool: "test", GPUs: 1, VRAM: 81 * request.GiB}} {
+	for i, req := range []request.Request{{Pool: "test", GPUs: 8}, {Pool: "test", GPUs: 1, VRAM: 81 * vram.GiB}} {
 		r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: uint32(60 + i)}, req)
 		got := h.driveTo(h.reconciler(nil), r.ID, reconcile.StateFailed)
 		require.Contains(t, got.Status.FailReason, "can ever fit")

@@ -17,9 +17,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 // TestSessionStatePaths walks every state path of a session through the client, on a fake clock:
@@ -266,7 +266,7 @@ func TestRequestOnTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := uuid.New()
-	id, err := c.RequestSession(context.Background(), key, juiceapi.SessionRequest{PoolID: "test", GPUs: 2, VRAMPerGPU: 1536 * request.MiB,
+	id, err := c.RequestSession(context.Background(), key, juiceapi.SessionRequest{PoolID: "test", GPUs: 2, VRAMPerGPU: 1536 * vram.MiB,
 		Tolerates: map[string]string{}})
 	if err != nil {
 		t.Fatalf("request: %v (%s)", err, id)

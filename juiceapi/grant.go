@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 )
 
 // keyTag carries a reservation's key inside the session's version field: the legacy controller ignores
@@ -113,14 +113,14 @@ func CanEverFit(agents []Agent, req SessionRequest) string {
 	}
 	each := "whole GPU"
 	if req.VRAMPerGPU > 0 {
-		each = request.FormatVRAM(req.VRAMPerGPU)
+		each = vram.Format(req.VRAMPerGPU)
 	}
 	extra := ""
 	if len(req.MatchLabels) > 0 || len(req.Tolerates) > 0 {
 		extra = fmt.Sprintf(" with labels %v and tolerations %v", req.MatchLabels, req.Tolerates)
 	}
 	return fmt.Sprintf("no active agent%s can ever fit %d GPU(s) x %s (largest matching agent: %d GPUs, largest GPU: %s)",
-		extra, req.GPUs, each, maxGPUs, request.FormatVRAM(maxVRAM))
+		extra, req.GPUs, each, maxGPUs, vram.Format(maxVRAM))
 }
 
 func labelsMatch(a Agent, req SessionRequest) bool {

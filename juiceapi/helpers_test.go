@@ -9,14 +9,14 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 const (
 	testToken = "m2m_TESTTOKEN_4f1c9a_do_not_leak"
-	G         = request.GiB
+	G         = vram.GiB
 )
 
 // fakeClock is a settable clock for juicesim.Config.Now.

@@ -22,6 +22,14 @@ type PoolView struct {
 	index     map[string][2]int // session id -> (agent, session) in Agents
 }
 
+// legacyAgentPage is the legacy controller's one page of agents: its listing shows at most this many, so a
+// listing that long may have left agents out.
+const legacyAgentPage = 20
+
+// Whole reports whether the walk saw every agent of the pool, so that an agent missing from it is not one of the
+// pool's: false when the listing may have been cut short at the legacy controller's one page of agents.
+func (v *PoolView) Whole() bool { return len(v.Agents) < legacyAgentPage }
+
 // walkReads is how many agents a walk reads at once: a pool of 12,500 agents read one at a time took longer than
 // the 30 s check period on a busy machine.
 const walkReads = 4

@@ -122,10 +122,6 @@ func (l *Liveness) now() time.Time {
 	return time.Now()
 }
 
-// legacyAgentPage is the legacy controller's one page of agents: a listing that long may leave agents out, so
-// a session not found in it is not taken for lost.
-const legacyAgentPage = 20
-
 // checkLive decides on a ready reservation from its pool's view: alive (look again in ReadyCheck), ended by the
 // controller, or lost because the agent holding it is no longer an active agent of the pool (the legacy
 // controller keeps such sessions "active" for ever, so their own state says nothing).
@@ -151,7 +147,7 @@ func (rc *Reconciler) checkLive(ctx context.Context, log logr.Logger, r *Reserva
 			fmt.Sprintf("lost: session %s is on agent %s (%s), which is %s at the Juice Controller", sid, a.ID, a.Address, a.State))
 	case s != nil:
 		return rc.checkAgain(), true, nil
-	case a == nil && len(view.Agents) < legacyAgentPage:
+	case a == nil && view.Whole():
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed,
 			fmt.Sprintf("lost: the agent at %s holding session %s is not an active agent of pool %s at the Juice Controller", r.Status.AgentAddress, sid, r.Request.Pool))
 	}

@@ -20,8 +20,8 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 func main() {
@@ -168,7 +168,7 @@ func buildConfig(fs *flag.FlagSet, o *options) (juicesim.Config, error) {
 			return cfg, err
 		}
 	} else {
-		vram, err := request.ParseVRAM(o.vram)
+		vram, err := vram.Parse(o.vram)
 		if err != nil {
 			return cfg, fmt.Errorf("--vram: %w", err)
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 )
 
 func TestHelpDocumentsEveryFlag(t *testing.T) {
@@ -55,7 +55,7 @@ func TestBuildConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Token != "m2m_cmd_test" || len(cfg.Pools) != 2 || len(cfg.Pools[1].Agents) != 2 ||
-		len(cfg.Pools[1].Agents[0].GPUs) != 4 || cfg.Pools[0].Agents[0].GPUs[0].VRAM != 24*request.GiB || cfg.Tick != 0 ||
+		len(cfg.Pools[1].Agents[0].GPUs) != 4 || cfg.Pools[0].Agents[0].GPUs[0].VRAM != 24*vram.GiB || cfg.Tick != 0 ||
 		cfg.ActivateDelay != time.Second || cfg.Listen != "127.0.0.1:7070" {
 		t.Errorf("config: %+v", cfg)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
@@ -53,7 +54,7 @@ func adminWorld(t *testing.T) (args []string) {
 	two := request.Request{Pool: "demo", GPUs: 2}
 	move(reconcile.RunID{Cluster: "c1", JobID: 5, Run: 0}, two, reconcile.EventUnwanted)
 	move(reconcile.RunID{Cluster: "c1", JobID: 5, Run: 1}, two, reconcile.EventRequest, reconcile.EventQueued)
-	move(reconcile.RunID{Cluster: "c1", JobID: 6}, request.Request{Pool: "demo", GPUs: 1, VRAM: 3 * request.GiB})
+	move(reconcile.RunID{Cluster: "c1", JobID: 6}, request.Request{Pool: "demo", GPUs: 1, VRAM: 3 * vram.GiB})
 	return []string{"--config=", "--database-url", url, "--cluster", "c1"}
 }
 

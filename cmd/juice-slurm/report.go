@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/reconcile/policy"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
@@ -102,10 +102,10 @@ func summarize(us []store.Usage, limits *policy.Policy) ([]reportRow, reportRow,
 			r = &reportRow{Key: u.Key}
 			byKey[u.Key] = r
 		}
-		vramGiBHours := u.SliceByteSeconds / float64(request.GiB) / 3600
+		vramGiBHours := u.SliceByteSeconds / float64(vram.GiB) / 3600
 		var unknownHours float64
 		if v := limits.GPUVRAM(u.Pool); v > 0 {
-			vramGiBHours += u.WholeGPUSeconds * float64(v) / float64(request.GiB) / 3600
+			vramGiBHours += u.WholeGPUSeconds * float64(v) / float64(vram.GiB) / 3600
 		} else if u.WholeGPUSeconds > 0 {
 			unknownHours = u.WholeGPUSeconds / 3600
 			unknown[u.Pool] = true

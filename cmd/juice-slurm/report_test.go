@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
@@ -43,9 +44,9 @@ func TestReportFigures(t *testing.T) {
 		return &x
 	}
 	add(1, "alice", "physics", "a100", 2, 0, reconcile.StateReleased, at(1, 0), *at(4, 0))
-	add(2, "alice", "physics", "demo", 1, 8*request.GiB, reconcile.StateReleased, at(2, 0), *at(2, 30))
+	add(2, "alice", "physics", "demo", 1, 8*vram.GiB, reconcile.StateReleased, at(2, 0), *at(2, 30))
 	add(3, "bob", "ml", "demo", 3, 0, reconcile.StateReleased, at(9, 0), *at(11, 0))
-	add(5, "alice", "physics", "a100", 1, 16*request.GiB, reconcile.StateReleased, at(5, 0), *at(6, 0))
+	add(5, "alice", "physics", "a100", 1, 16*vram.GiB, reconcile.StateReleased, at(5, 0), *at(6, 0))
 	add(4, "carol", "", "a100", 1, 0, reconcile.StateFailed, nil, *at(3, 0))
 	policyFile := filepath.Join(t.TempDir(), "juice-policy.conf")
 	require.NoError(t, os.WriteFile(policyFile, []byte("pool.a100.gpu_vram = 80GiB\n"), 0o644))

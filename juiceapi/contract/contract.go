@@ -13,8 +13,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 // Target is one counterparty.
@@ -39,7 +39,7 @@ func Run(t *testing.T, tg Target) {
 	}
 	t.Run("TwoGPUs", func(t *testing.T) { lifecycle(t, tg, juiceapi.SessionRequest{PoolID: tg.Pool, GPUs: 2}) })
 	t.Run("VRAMSlice", func(t *testing.T) {
-		lifecycle(t, tg, juiceapi.SessionRequest{PoolID: tg.Pool, GPUs: 1, VRAMPerGPU: 1536 * request.MiB})
+		lifecycle(t, tg, juiceapi.SessionRequest{PoolID: tg.Pool, GPUs: 1, VRAMPerGPU: 1536 * vram.MiB})
 	})
 	t.Run("SameKeyTwiceIsFoundAndCancelled", func(t *testing.T) { sameKeyTwice(t, tg) })
 	t.Run("NeverFitIsRefusedBeforeSending", func(t *testing.T) { neverFit(t, tg) })

@@ -8,10 +8,10 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/contract"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 // The contract suite against juice-sim, kind and legacy, with the legacy controller's one-second timing scaled
@@ -25,7 +25,7 @@ func TestContractJuiceSim(t *testing.T) {
 			}
 			srv, err := juicesim.StartServer(juicesim.Config{Token: "m2m_contract", Legacy: legacy,
 				Tick: 20 * time.Millisecond, ActivateDelay: 20 * time.Millisecond, CancelDelay: 20 * time.Millisecond,
-				Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 24*request.GiB)}}, logr.Discard())
+				Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 24*vram.GiB)}}, logr.Discard())
 			if err != nil {
 				t.Fatal(err)
 			}

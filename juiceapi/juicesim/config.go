@@ -8,8 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 // Config describes the simulated controller: its pools and agents, its timing and its faults.
@@ -92,11 +92,11 @@ func UniformPool(id string, agents, gpus int, vram uint64) PoolConfig {
 	return p
 }
 
-// UniformAgent builds one agent with gpus GPUs of vram bytes each.
-func UniformAgent(gpus int, vram uint64) AgentConfig {
+// UniformAgent builds one agent with gpus GPUs of each bytes of VRAM.
+func UniformAgent(gpus int, each uint64) AgentConfig {
 	a := AgentConfig{}
 	for range gpus {
-		a.GPUs = append(a.GPUs, GPUConfig{Name: "Simulated GPU " + request.FormatVRAM(vram), VRAM: vram})
+		a.GPUs = append(a.GPUs, GPUConfig{Name: "Simulated GPU " + vram.Format(each), VRAM: each})
 	}
 	return a
 }
@@ -264,7 +264,7 @@ func (fc FileConfig) apply(cfg *Config) error {
 			if fa.GPUs < 1 {
 				return fmt.Errorf("pool %q agents[%d]: gpus %d: want at least 1", fp.ID, i, fa.GPUs)
 			}
-			vram, err := request.ParseVRAM(fa.VRAM)
+			vram, err := vram.Parse(fa.VRAM)
 			if err != nil {
 				return fmt.Errorf("pool %q agents[%d]: %w", fp.ID, i, err)
 			}

@@ -9,16 +9,16 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 // Start the simulator in-process and point the client at it.
 func ExampleStartServer() {
 	srv, err := juicesim.StartServer(juicesim.Config{
 		Token: "m2m_example",
-		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 4, 8, 80*request.GiB)},
+		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 4, 8, 80*vram.GiB)},
 	}, logr.Discard())
 	if err != nil {
 		panic(err)
@@ -37,7 +37,7 @@ func ExampleStartServer() {
 	ctx := context.Background()
 	id, _ := c.RequestSession(ctx, uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 2})
 	s, _ := c.GetSession(ctx, id) // instant mode: already active
-	fmt.Println(s.State, s.Address, len(s.GPUs), request.FormatVRAM(s.GPUs[0].VRAMRequired))
+	fmt.Println(s.State, s.Address, len(s.GPUs), vram.Format(s.GPUs[0].VRAMRequired))
 	_ = c.CancelSession(ctx, id)
 	fmt.Println(srv.Sim.Sessions()[0].State)
 	// Output:

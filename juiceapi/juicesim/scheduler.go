@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
 // The scheduler state. Everything here is guarded by Sim.mu.
@@ -134,7 +134,7 @@ func (s *Sim) everFitsLocked(req juiceapi.SessionRequirements) error {
 		extra = fmt.Sprintf(" with labels %v and tolerations %v", req.MatchLabels, req.Tolerates)
 	}
 	return fmt.Errorf("%sno agent in pool %q%s can ever fit %d GPU(s) x %s (largest agent: %d GPUs, largest GPU: %s)",
-		NoCapacityPrefix, req.PoolID, extra, len(req.GPUs), describeVRAM(req.GPUs), maxGPUs, request.FormatVRAM(maxVRAM))
+		NoCapacityPrefix, req.PoolID, extra, len(req.GPUs), describeVRAM(req.GPUs), maxGPUs, vram.Format(maxVRAM))
 }
 
 func describeVRAM(reqs []juiceapi.GPURequirements) string {
@@ -146,7 +146,7 @@ func describeVRAM(reqs []juiceapi.GPURequirements) string {
 			if r.VRAMRequired == 0 {
 				parts = append(parts, "whole GPU")
 			} else {
-				parts = append(parts, request.FormatVRAM(r.VRAMRequired))
+				parts = append(parts, vram.Format(r.VRAMRequired))
 			}
 		}
 	}

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
-const G = request.GiB
+const G = vram.GiB
 
 func reqOf(pool string, n int, vram uint64) juiceapi.SessionRequirements {
 	return juiceapi.SessionRequest{PoolID: pool, GPUs: n, VRAMPerGPU: vram}.Requirements("test")

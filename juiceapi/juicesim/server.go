@@ -26,7 +26,7 @@ type Server struct {
 // The server runs until Close or Shutdown.
 //
 //	srv, err := juicesim.StartServer(juicesim.Config{Pools: []juicesim.PoolConfig{
-//		juicesim.UniformPool("test", 4, 8, 80*request.GiB)}, Token: "m2m_test"}, logr.Discard())
+//		juicesim.UniformPool("test", 4, 8, 80*vram.GiB)}, Token: "m2m_test"}, logr.Discard())
 //	defer srv.Close()
 //	// point juiceapi.HTTPConfig.BaseURL at srv.URL
 func StartServer(cfg Config, log logr.Logger) (*Server, error) {

@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
@@ -120,7 +121,7 @@ func (p *Policy) Check(req request.Request, job Job) error {
 	}
 	if p.MaxVRAM > 0 && req.VRAM > p.MaxVRAM {
 		return &Refusal{What: "vram", Reason: fmt.Sprintf("a VRAM slice of %s asked for, at most %s allowed",
-			request.FormatVRAM(req.VRAM), request.FormatVRAM(p.MaxVRAM))}
+			vram.Format(req.VRAM), vram.Format(p.MaxVRAM))}
 	}
 	return nil
 }
@@ -387,7 +388,7 @@ func parseNames(value string, lower bool) ([]string, error) {
 	return names, nil
 }
 
-var vramUnits = map[string]uint64{"": request.GiB, "b": 1, "mb": request.MB, "gb": request.GB, "mib": request.MiB, "gib": request.GiB}
+var vramUnits = map[string]uint64{"": vram.GiB, "b": 1, "mb": vram.MB, "gb": vram.GB, "mib": vram.MiB, "gib": vram.GiB}
 
 // parseMaxVRAM reads a whole number with an optional unit: a subset of the VRAM grammar that Lua can read
 // exactly.

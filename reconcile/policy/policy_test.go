@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
@@ -155,7 +156,7 @@ func TestRefusalsNameTheValueAndTheLimit(t *testing.T) {
 			}
 		}
 	}
-	if got := p.GPUVRAM("a100"); got != 80*request.GiB {
+	if got := p.GPUVRAM("a100"); got != 80*vram.GiB {
 		t.Fatalf("gpu_vram: %d", got)
 	}
 	why := p.Wait(request.Request{Pool: "a100", GPUs: 2}, "alice", 2)

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 )
 
 // A Request is what a job asked of Juice.
@@ -61,7 +63,7 @@ func (r Request) String() string {
 func (r Request) Describe() string {
 	switch {
 	case r.VRAM > 0:
-		return fmt.Sprintf("a %s slice of 1 GPU from pool %s", FormatVRAM(r.VRAM), r.Pool)
+		return fmt.Sprintf("a %s slice of 1 GPU from pool %s", vram.Format(r.VRAM), r.Pool)
 	case r.GPUs == 1:
 		return "1 GPU from pool " + r.Pool
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 )
 
 // unescape undoes requests.tsv's escapes: \\ \t \n \xNN.
@@ -96,9 +98,9 @@ func TestRequestVectors(t *testing.T) {
 
 func TestDescribe(t *testing.T) {
 	for r, want := range map[Request]string{
-		{Pool: "p", GPUs: 1}:                    "1 GPU from pool p",
-		{Pool: "p", GPUs: 3}:                    "3 GPUs from pool p",
-		{Pool: "p", GPUs: 1, VRAM: 3 * GiB / 2}: "a 1.5GiB slice of 1 GPU from pool p",
+		{Pool: "p", GPUs: 1}:                         "1 GPU from pool p",
+		{Pool: "p", GPUs: 3}:                         "3 GPUs from pool p",
+		{Pool: "p", GPUs: 1, VRAM: 3 * vram.GiB / 2}: "a 1.5GiB slice of 1 GPU from pool p",
 	} {
 		if got := r.Describe(); got != want {
 			t.Errorf("%+v: %q, want %q", r, got, want)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
@@ -47,17 +48,17 @@ func TestUsageCountsWhatWasHeldWithinThePeriod(t *testing.T) {
 		require.NoError(t, err)
 	}
 	add(s, 1, "alice", "physics", "a100", 2, 0, reconcile.StateReleased, h(1), h(4))
-	add(s, 2, "alice", "physics", "a100", 1, 10*request.GiB, reconcile.StateReleased, h(-2), h(1))
+	add(s, 2, "alice", "physics", "a100", 1, 10*vram.GiB, reconcile.StateReleased, h(-2), h(1))
 	add(s, 3, "bob", "ml", "demo", 4, 0, reconcile.StateReady, h(8), nil)
 	add(s, 4, "bob", "ml", "a100", 1, 0, reconcile.StateReady, h(11), nil)
 	add(s, 5, "carol", "physics", "demo", 3, 0, reconcile.StateFailed, nil, h(3))
 	add(s, 6, "alice", "physics", "a100", 2, 0, reconcile.StateReleased, h(-5), h(-1))
-	add(s, 7, "bob", "", "demo", 1, 2*request.GiB, reconcile.StateFailed, h(2), h(2.5))
+	add(s, 7, "bob", "", "demo", 1, 2*vram.GiB, reconcile.StateFailed, h(2), h(2.5))
 	add(s, 8, "alice", "physics", "a100", 1, 0, reconcile.StateReleased, h(9), h(9))
 	// Another cluster's run in the same database is not this cluster's usage.
 	add(other, 1, "alice", "physics", "a100", 8, 0, reconcile.StateReleased, h(1), h(9))
 
-	const gibHour = float64(request.GiB) * 3600
+	const gibHour = float64(vram.GiB) * 3600
 	want := map[UsageBy][]Usage{
 		ByUser: {
 			{Key: "alice", Pool: "a100", Runs: 2, GPUSeconds: 7 * 3600, SliceByteSeconds: 10 * gibHour, WholeGPUSeconds: 6 * 3600},

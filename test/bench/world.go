@@ -29,6 +29,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
@@ -137,7 +138,7 @@ func NewWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		// Zero timing: the simulator assigns and activates a session within the POST that creates it, so what is
 		// measured is juice-slurm, not the simulated controller's tick.
 		w.Sim, err = juicesim.StartServer(juicesim.Config{Token: juiceToken,
-			Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", agents, 8, 80*request.GiB)}}, logr.Discard())
+			Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", agents, 8, 80*vram.GiB)}}, logr.Discard())
 		if err != nil {
 			w.Close()
 			return nil, err

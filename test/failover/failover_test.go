@@ -26,10 +26,10 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
-	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
@@ -84,7 +84,7 @@ func TestPromoteTheStandbyMidRun(t *testing.T) {
 	require.NoError(t, st.Migrate(ctx))
 
 	sim, err := juicesim.StartServer(juicesim.Config{Token: "m2m_failover",
-		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 4, 8, 80*request.GiB)}}, testr.New(t).V(1))
+		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 4, 8, 80*vram.GiB)}}, testr.New(t).V(1))
 	require.NoError(t, err)
 	defer sim.Close()
 	dir := t.TempDir()

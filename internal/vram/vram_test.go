@@ -1,4 +1,4 @@
-package request
+package vram
 
 import (
 	"bufio"
@@ -30,11 +30,11 @@ func TestParseVRAMVectors(t *testing.T) {
 		}
 		input, want := text[:tab], text[tab+1:]
 		rows++
-		got, err := ParseVRAM(input)
+		got, err := Parse(input)
 		switch {
 		case want == "error":
 			if err == nil {
-				t.Errorf("vram.tsv:%d: ParseVRAM(%q) = %d, want an error", line, input, got)
+				t.Errorf("vram.tsv:%d: Parse(%q) = %d, want an error", line, input, got)
 			} else if !strings.Contains(err.Error(), strconv.Quote(input)) {
 				t.Errorf("vram.tsv:%d: error %q does not name the value %q", line, err, input)
 			}
@@ -44,7 +44,7 @@ func TestParseVRAMVectors(t *testing.T) {
 				t.Fatalf("vram.tsv:%d: bad expectation %q", line, want)
 			}
 			if err != nil || got != wantBytes {
-				t.Errorf("vram.tsv:%d: ParseVRAM(%q) = %d, %v; want %d", line, input, got, err, wantBytes)
+				t.Errorf("vram.tsv:%d: Parse(%q) = %d, %v; want %d", line, input, got, err, wantBytes)
 			}
 		default:
 			t.Fatalf("vram.tsv:%d: bad expectation %q", line, want)
@@ -67,9 +67,9 @@ func TestParseVRAMMessages(t *testing.T) {
 		"1.0000000001": `invalid VRAM size "1.0000000001": at most 9 digits`,
 		"17179869184":  `invalid VRAM size "17179869184": too large`,
 	} {
-		_, err := ParseVRAM(in)
+		_, err := Parse(in)
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
-			t.Errorf("ParseVRAM(%q) error = %v, want prefix %q", in, err, want)
+			t.Errorf("Parse(%q) error = %v, want prefix %q", in, err, want)
 		}
 	}
 }
@@ -85,13 +85,13 @@ func TestFormatVRAM(t *testing.T) {
 		{MiB / 2, "524288B"}, {1500 * MB, "1.5GB"}, {512 * MB, "512MB"}, {107374182, "107374182B"},
 		{1<<64 - 1, "18446744073709551615B"}, {math.MaxUint64 - GiB + 1, "17179869183GiB"},
 	} {
-		got := FormatVRAM(c.in)
+		got := Format(c.in)
 		if got != c.want {
-			t.Errorf("FormatVRAM(%d) = %q, want %q", c.in, got, c.want)
+			t.Errorf("Format(%d) = %q, want %q", c.in, got, c.want)
 		}
-		back, err := ParseVRAM(got)
+		back, err := Parse(got)
 		if err != nil || back != c.in {
-			t.Errorf("ParseVRAM(FormatVRAM(%d)=%q) = %d, %v", c.in, got, back, err)
+			t.Errorf("Parse(Format(%d)=%q) = %d, %v", c.in, got, back, err)
 		}
 	}
 }
@@ -101,16 +101,16 @@ func FuzzParseVRAM(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		v, err := ParseVRAM(s) // must never panic
+		v, err := Parse(s) // must never panic
 		if err != nil {
 			if !strings.Contains(err.Error(), strconv.Quote(s)) {
 				t.Fatalf("error %q does not name %q", err, s)
 			}
 			return
 		}
-		back, err := ParseVRAM(FormatVRAM(v))
+		back, err := Parse(Format(v))
 		if err != nil || back != v {
-			t.Fatalf("ParseVRAM(FormatVRAM(%d)=%q) = %d, %v", v, FormatVRAM(v), back, err)
+			t.Fatalf("Parse(Format(%d)=%q) = %d, %v", v, Format(v), back, err)
 		}
 	})
 }
@@ -120,10 +120,10 @@ func FuzzFormatVRAM(f *testing.F) {
 		f.Add(x)
 	}
 	f.Fuzz(func(t *testing.T, x uint64) {
-		s := FormatVRAM(x)
-		back, err := ParseVRAM(s)
+		s := Format(x)
+		back, err := Parse(s)
 		if err != nil || back != x {
-			t.Fatalf("ParseVRAM(FormatVRAM(%d)=%q) = %d, %v", x, s, back, err)
+			t.Fatalf("Parse(Format(%d)=%q) = %d, %v", x, s, back, err)
 		}
 	})
 }

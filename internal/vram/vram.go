@@ -1,4 +1,7 @@
-package request
+// Package vram parses and formats sizes of GPU memory: the VRAM grammar that the request (reconcile/request),
+// the C SPANK plugin and the Juice client share (test/vectors/vram.tsv). It imports nothing of the project, so
+// both the domain and the Juice client may use it.
+package vram
 
 import (
 	"fmt"
@@ -21,20 +24,20 @@ var vramUnits = map[string]uint64{"": GiB, "b": 1, "mb": MB, "gb": GB, "mib": Mi
 
 const maxFracDigits = 9
 
-// ParseVRAM parses a VRAM size such as "2.5", "2.5GiB", "2560MiB" or "2684354560B" into bytes.
+// Parse parses a VRAM size such as "2.5", "2.5GiB", "2560MiB" or "2684354560B" into bytes.
 //
 // The value is int*unit + frac*unit/10^digits computed in unsigned 64-bit integers, rounded down;
 // floats are never used, so Go and C agree to the byte. "0" is valid here: rejecting sizes that are
 // not above zero is the option validator's job.
-func ParseVRAM(s string) (uint64, error) {
-	v, err := parseVRAM(s)
+func Parse(s string) (uint64, error) {
+	v, err := parse(s)
 	if err != nil {
 		return 0, fmt.Errorf("invalid VRAM size %q: %s", s, err)
 	}
 	return v, nil
 }
 
-func parseVRAM(s string) (uint64, error) {
+func parse(s string) (uint64, error) {
 	if s == "" {
 		return 0, fmt.Errorf("empty (give a number such as 2.5, 2.5GiB or 2560MiB)")
 	}
@@ -100,10 +103,10 @@ func pow10(n int) uint64 {
 	return p
 }
 
-// FormatVRAM prints a size for people: the first of GiB, MiB, GB, MB that shows it exactly with at
+// Format prints a size for people: the first of GiB, MiB, GB, MB that shows it exactly with at
 // most three decimals (and is at least 1 of that unit), else bytes. "1.5GiB", "512MiB", "123B".
-// ParseVRAM(FormatVRAM(x)) == x for every x.
-func FormatVRAM(b uint64) string {
+// Parse(Format(x)) == x for every x.
+func Format(b uint64) string {
 	for _, u := range []struct {
 		size uint64
 		name string
