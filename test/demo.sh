@@ -24,16 +24,20 @@ esac
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-if [ -z "$INSTALLED" ]; then
-	say "Building juice-slurm, juice-sim and the SPANK plugin"
-	make --no-print-directory build >/dev/null
-else
-	say "Using the installed package: $("$BIN/juice-slurm" version --config= | head -1), from $BIN"
-fi
+# build WHAT: this tree's binaries, after the test bed is up: the SPANK plugin is built against Slurm's spank.h,
+# which the test bed installs (on a bare machine the build would fail first).
+build() {
+	if [ -z "$INSTALLED" ]; then
+		say "Building $1"
+		make --no-print-directory "$2" >/dev/null
+	fi
+}
+[ -z "$INSTALLED" ] || say "Using the installed package: $("$BIN/juice-slurm" version --config= | head -1), from $BIN"
 if [ -z "$SUITE" ]; then
 	RUN=$TB/run LOG=$TB/log DEMO=$TB/demo JOBDIR=$TB/demo
 	say "Bringing up the test bed: Slurm 22.05 (slurmctld, slurmd, slurmrestd, munge) and PostgreSQL"
 	bash test/testbed.sh up
+	build "juice-slurm, juice-sim and the SPANK plugin" build
 	say "Wiring juice-slurm into Slurm (plugstack, job_submit.lua, PrologSlurmctld/EpilogSlurmctld)"
 	JUICE_TESTBED_PROLOG_WAIT=${JUICE_DEMO_PROLOG_WAIT:-15s} bash test/testbed.sh wire
 	say "Starting juice-sim (pool 'demo': one agent of 4 GPUs x 24 GiB; pool 'test') and the juice-slurm controller"
@@ -54,6 +58,8 @@ else
 	# PostgreSQL is the host test bed's: brought up only when it is not (the host's Slurm is not needed).
 	pg_isready -q -h 127.0.0.1 -p "${JUICE_TESTBED_PGPORT:-5433}" && [ -s "$TB/env" ] || bash test/testbed.sh up
 	bash test/chroot/slurm-chroot.sh up "$SUITE"
+	# The plugin is built inside the chroot, against that release's spank.h, by the wiring.
+	build "juice-slurm and juice-sim" go-build
 	say "Wiring juice-slurm into it (the SPANK plugin built against its spank.h, job_submit.lua, PrologSlurmctld/EpilogSlurmctld)"
 	JUICE_TESTBED_PROLOG_WAIT=${JUICE_DEMO_PROLOG_WAIT:-15s} bash test/chroot/slurm-chroot.sh wire "$SUITE"
 	say "Starting juice-sim (pool 'demo': one agent of 4 GPUs x 24 GiB; pool 'test') and the juice-slurm controller"

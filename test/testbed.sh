@@ -16,6 +16,8 @@ set -euo pipefail
 
 TB=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib/apt.sh
+. "$REPO/test/lib/apt.sh"
 RUN=$TB/run
 LOG=$TB/log
 SLURM_STATE=$TB/slurm
@@ -141,10 +143,10 @@ install_packages() {
 	[ -e $policy ] && had_policy=1
 	if [ $had_policy = 0 ]; then printf '#!/bin/sh\nexit 101\n' >$policy && chmod 755 $policy; fi
 	export DEBIAN_FRONTEND=noninteractive
-	if ! apt-get install -y --no-install-recommends "${need[@]}" >"$LOG/apt.log" 2>&1; then
+	if ! host_apt install -y --no-install-recommends "${need[@]}" >"$LOG/apt.log" 2>&1; then
 		log "apt-get install failed; updating the package lists and trying once more"
-		apt-get update >>"$LOG/apt.log" 2>&1
-		apt-get install -y --no-install-recommends "${need[@]}" >>"$LOG/apt.log" 2>&1 ||
+		host_apt update >>"$LOG/apt.log" 2>&1
+		host_apt install -y --no-install-recommends "${need[@]}" >>"$LOG/apt.log" 2>&1 ||
 			{ tail -20 "$LOG/apt.log" >&2; [ $had_policy = 1 ] || rm -f $policy; die "apt-get install failed (see $LOG/apt.log)"; }
 	fi
 	[ $had_policy = 1 ] || rm -f $policy

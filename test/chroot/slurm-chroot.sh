@@ -32,6 +32,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=../lib/apt.sh
+. "$REPO/test/lib/apt.sh"
 BASE=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
 
 usage() { echo "usage: $0 up|wire|unwire|services|restart-rest|down|status|destroy trixie|sid" >&2; exit 2; }
@@ -228,8 +230,8 @@ build() {
 	if [ ! -f "$ROOT/.juice-debootstrapped" ]; then
 		if ! command -v debootstrap >/dev/null; then
 			log "installing debootstrap on the host"
-			apt-get update -qq
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+			host_apt update -qq
+			host_apt install -y -qq debootstrap >/dev/null
 		fi
 		local mirror
 		mirror=$(host_mirror)
