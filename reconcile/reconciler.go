@@ -114,7 +114,8 @@ func requestReason(r Reservation) string {
 	return "asking the Juice Controller for " + r.Request.Describe()
 }
 
-// step takes one transition (done false), or says how long to wait (done true).
+// step takes one transition (done false), or says how long to wait (done true). It is the dispatch of the state
+// machine's handlers: one method per state, each deciding that state's next move alone.
 func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation, fresh bool) (Result, bool, error) {
 	// Not wanted any more: whatever it holds or is getting is let go, in every state that serves the run.
 	if !r.Spec.Wanted && r.Status.State.Serving() {
@@ -124,176 +125,232 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 		}
 		return Result{}, false, rc.apply(ctx, log, r, EventUnwanted, reason)
 	}
-	req := juiceapi.SessionRequest{PoolID: r.Request.Pool, GPUs: r.Request.GPUs, VRAMPerGPU: r.Request.VRAM}
 	switch r.Status.State {
 	case StatePending:
-		if err := rc.Policy.Check(r.Request, policy.Job{Account: r.Account, Partition: r.Partition}); err != nil {
-			// Permanent: asking again cannot help, so the run fails now with the limit it breaks.
-			return Result{}, false, rc.apply(ctx, log, r, EventFail, err.Error())
-		}
-		if rc.Policy.UserCap(r.Request.Pool) > 0 {
-			return rc.requestWithinCap(ctx, log, r)
-		}
-		// The intent is committed here, before the controller is asked: a crash after this line finds the
-		// reservation requesting, and asks again with the same key.
-		return Result{}, false, rc.apply(ctx, log, r, EventRequest, requestReason(*r))
-
+		return rc.pending(ctx, log, r)
 	case StateRequesting:
-		// A request with this key may be at the controller already (a crash, or an answer lost on the way),
-		// and a controller without idempotency would book a second session. So look first: the run's
-		// sessions carry its key. A session still queued is not on any agent yet; if one is booked twice
-		// that way, the orphan is cancelled once it is placed (when the run becomes ready, or by the sweep).
-		view, err := &juiceapi.PoolView{}, error(nil)
-		if !fresh {
-			// An earlier attempt's outcome is unknown: the session it may have booked is looked for, and the
-			// session learnt from here on may have a twin.
-			r.Status.MaybeOrphans = true
-			view, err = rc.view(ctx, r.ID, r.Request.Pool)
-		}
-		if errors.Is(err, juiceapi.ErrNoCapacity) { // the pool cannot be named to the controller
-			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice Controller cannot ever fit "+r.Request.Describe()+": "+err.Error())
-		}
-		if err != nil {
-			return Result{}, true, fmt.Errorf("look for the run's sessions before asking: %w", err)
-		}
-		if found, _ := view.ByKey(r.ID.String()); len(found) > 0 {
-			keep := found[0].ID
-			if _, err := rc.cancelOrphans(ctx, log, view, r, keep); err != nil {
-				return Result{}, true, err
-			}
-			r.Status.SessionID = keep
-			return Result{}, false, rc.apply(ctx, log, r, EventQueued, "session "+keep+" found at the Juice Controller by the run's key (its answer was lost)")
-		}
-		sid, err := rc.Juice.RequestSession(ctx, r.ID, req)
-		if err != nil || r.Status.MaybeOrphans {
-			rc.asked.set(r.ID, rc.now())
-		}
-		if errors.Is(err, juiceapi.ErrNoCapacity) {
-			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice Controller cannot ever fit "+r.Request.Describe()+": "+err.Error())
-		}
-		if errors.Is(err, juiceapi.ErrInvalidRequest) {
-			return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice client refuses "+r.Request.Describe()+": "+err.Error())
-		}
-		if err != nil {
-			return Result{}, true, fmt.Errorf("request session: %w", err)
-		}
-		r.Status.SessionID = sid
-		// Not written yet: the next step reads the session, and a controller that places it at once (most
-		// requests on a pool with room) lets both moves be one write: 2 writes per run served instead of 3. The
-		// move is written whatever that read gives (Reconcile flushes it); a crash before that is a lost answer,
-		// which the next pass finds by the run's key.
-		return Result{}, false, rc.hold(log, r, EventQueued, "session "+sid+" queued at the Juice Controller")
-
+		return rc.requesting(ctx, log, r, fresh)
 	case StateWaiting:
-		s, err := rc.Juice.GetSession(ctx, r.Status.SessionID)
-		if errors.Is(err, juiceapi.ErrNotFound) {
-			return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller no longer knows session "+r.Status.SessionID)
-		}
-		if err != nil {
-			return Result{}, true, fmt.Errorf("get session: %w", err)
-		}
-		switch {
-		case s.Active() && juiceapi.CheckGrant(s, req) != "":
-			// Not what was asked: not ready. Say so once (the reason shows in describe), and look again.
-			if why := "not ready: " + juiceapi.CheckGrant(s, req); r.Status.Reason != why {
-				if err := rc.apply(ctx, log, r, EventQueued, why); err != nil {
-					return Result{}, true, err
-				}
-			}
-			return Result{RequeueAfter: rc.WaitPoll}, true, nil
-		case s.Active():
-			// Other sessions carrying the run's key are orphans of a lost answer: placed by now, if at all. Only
-			// a run that asked more than once can have them; walking the pool for every run would cost each
-			// reservation a call per agent (10,000 runs on 1,250 agents never became ready).
-			if r.Status.MaybeOrphans {
-				if view, err := rc.view(ctx, r.ID, r.Request.Pool); err != nil {
-					return Result{}, true, fmt.Errorf("look for orphans of the run: %w", err)
-				} else if _, err := rc.cancelOrphans(ctx, log, view, r, s.ID); err != nil {
-					return Result{}, true, err
-				}
-			}
-			if err := rc.seal(r, s, req); err != nil {
-				return Result{}, false, rc.apply(ctx, log, r, EventFail, "cannot seal the session file: "+err.Error())
-			}
-			if err := rc.apply(ctx, log, r, EventActive, "session "+s.ID+" active on agent "+s.Address); err != nil {
-				return Result{}, true, err
-			}
-			if rc.OnReady != nil {
-				rc.OnReady(r)
-			}
-			// Just seen active: the first check that it is still alive is due in ReadyCheck, not now.
-			return rc.checkAgain(), true, nil
-		case s.Ended():
-			return Result{}, false, rc.apply(ctx, log, r, EventClosed,
-				fmt.Sprintf("the Juice Controller ended session %s (%s) before it became active", s.ID, s.State))
-		case s.State == juiceapi.StateAssigned:
-			// Placed on an agent, which is starting it: active within moments, and a job may be waiting for it in
-			// its prolog (an array's elements, one after the other on a full pool): look again sooner.
-			return Result{RequeueAfter: rc.WaitPoll / assignedPollDivisor}, true, nil
-		}
-		return Result{RequeueAfter: rc.WaitPoll}, true, nil
-
+		return rc.waiting(ctx, log, r)
 	case StateReady:
-		// An array element reserved ahead was sealed before slurmctld gave it its job id: now that it is bound,
-		// the file is sealed again for that job, from the one sealed before, without asking the controller.
-		if r.Run.JobID != 0 && r.Status.SealedJobID != r.Run.JobID {
-			if err := rc.reseal(ctx, r); err != nil {
-				return Result{}, true, fmt.Errorf("seal the session file again for job %d: %w", r.Run.JobID, err)
-			}
-			return Result{}, false, rc.apply(ctx, log, r, EventBound,
-				fmt.Sprintf("session %s sealed for job %d (array element %d_%d)", r.Status.SessionID, r.Run.JobID, r.Run.ArrayJobID, r.Run.ArrayTaskID))
-		}
-		if rc.Liveness != nil {
-			return rc.checkLive(ctx, log, r)
-		}
-		s, err := rc.Juice.GetSession(ctx, r.Status.SessionID)
-		if errors.Is(err, juiceapi.ErrNotFound) || err == nil && s.Ended() {
-			return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller ended session "+r.Status.SessionID+" while the job held it")
-		}
-		if err != nil {
-			return Result{}, true, fmt.Errorf("check session: %w", err)
-		}
-		return Result{RequeueAfter: rc.ReadyCheck}, true, nil
-
+		return rc.ready(ctx, log, r)
 	case StateReleasing:
-		reason := "no session was ever made"
-		if r.Status.Requested && (r.Status.MaybeOrphans || r.Status.SessionID == "") {
-			// A request may have reached the controller without its answer reaching us: every placed session
-			// carrying the run's key is cancelled. (Asking again with the key to learn the session would book
-			// one more at a controller without idempotency.) One still queued is caught by the sweep once placed.
-			// A session got on the first request is the key's only one, and is cancelled below without a walk.
-			view, err := rc.view(ctx, r.ID, r.Request.Pool)
-			if errors.Is(err, juiceapi.ErrNoCapacity) {
-				view, err = &juiceapi.PoolView{}, nil // a pool that cannot be named was never asked of
-			}
-			if err != nil {
-				return Result{}, true, fmt.Errorf("find the run's sessions to release: %w", err)
-			}
-			found, _ := view.ByKey(r.ID.String())
-			notYet, err := rc.cancelOrphans(ctx, log, view, r, r.Status.SessionID)
-			if err != nil {
-				return Result{}, true, err
-			}
-			if notYet > 0 {
-				return Result{RequeueAfter: rc.WaitPoll}, true, nil // cancelled once their agent has them
-			}
-			if r.Status.SessionID == "" && len(found) > 0 {
-				reason = fmt.Sprintf("%d session(s) found by the run's key cancelled at the Juice Controller", len(found))
-			}
-		}
-		if r.Status.SessionID != "" {
-			err := rc.Juice.CancelSession(ctx, r.Status.SessionID)
-			if errors.Is(err, juiceapi.ErrNotYet) {
-				return Result{RequeueAfter: rc.WaitPoll}, true, nil
-			}
-			if err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
-				return Result{}, true, fmt.Errorf("cancel session: %w", err)
-			}
-			reason = "session " + r.Status.SessionID + " cancelled at the Juice Controller"
-		}
-		return Result{}, false, rc.apply(ctx, log, r, EventClosed, reason)
+		return rc.releasing(ctx, log, r)
 	}
 	return Result{}, true, fmt.Errorf("reservation %s: unknown state %q", r.ID, r.Status.State)
+}
+
+// sessionRequest is what the Juice Controller is asked for r.
+func sessionRequest(r *Reservation) juiceapi.SessionRequest {
+	return juiceapi.SessionRequest{PoolID: r.Request.Pool, GPUs: r.Request.GPUs, VRAMPerGPU: r.Request.VRAM}
+}
+
+// pending: the site policy first (a request over it fails for good), then the user's cap in the pool, then the
+// intent to request, committed before the controller is asked: a crash after it finds the reservation requesting,
+// and asks again with the same key.
+func (rc *Reconciler) pending(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
+	if err := rc.Policy.Check(r.Request, policy.Job{Account: r.Account, Partition: r.Partition}); err != nil {
+		// Permanent: asking again cannot help, so the run fails now with the limit it breaks.
+		return Result{}, false, rc.apply(ctx, log, r, EventFail, err.Error())
+	}
+	if rc.Policy.UserCap(r.Request.Pool) > 0 {
+		return rc.requestWithinCap(ctx, log, r)
+	}
+	return Result{}, false, rc.apply(ctx, log, r, EventRequest, requestReason(*r))
+}
+
+// neverFits is the failure of a run that the Juice Controller can never serve.
+func (rc *Reconciler) neverFits(ctx context.Context, log logr.Logger, r *Reservation, err error) error {
+	return rc.apply(ctx, log, r, EventFail, "the Juice Controller cannot ever fit "+r.Request.Describe()+": "+err.Error())
+}
+
+// requesting: a request with this key may be at the controller already (a crash, or an answer lost on the way),
+// and a controller without idempotency would book a second session. So, unless the intent was committed in this
+// very pass, look first: the run's sessions carry its key. A session still queued is not on any agent yet; if one
+// is booked twice that way, the orphan is cancelled once it is placed (when the run becomes ready, or by the
+// sweep). Then ask.
+func (rc *Reconciler) requesting(ctx context.Context, log logr.Logger, r *Reservation, fresh bool) (Result, bool, error) {
+	if !fresh {
+		found, err := rc.adoptEarlier(ctx, log, r)
+		if errors.Is(err, juiceapi.ErrNoCapacity) { // the pool cannot be named to the controller
+			return Result{}, false, rc.neverFits(ctx, log, r, err)
+		}
+		if err != nil || found {
+			return Result{}, err != nil, err
+		}
+	}
+	sid, err := rc.Juice.RequestSession(ctx, r.ID, sessionRequest(r))
+	if err != nil || r.Status.MaybeOrphans {
+		rc.asked.set(r.ID, rc.now())
+	}
+	switch {
+	case errors.Is(err, juiceapi.ErrNoCapacity):
+		return Result{}, false, rc.neverFits(ctx, log, r, err)
+	case errors.Is(err, juiceapi.ErrInvalidRequest):
+		return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice client refuses "+r.Request.Describe()+": "+err.Error())
+	case err != nil:
+		return Result{}, true, fmt.Errorf("request session: %w", err)
+	}
+	r.Status.SessionID = sid
+	// Not written yet: the next step reads the session, and a controller that places it at once (most requests on
+	// a pool with room) lets both moves be one write: 2 writes per run served instead of 3. The move is written
+	// whatever that read gives (Reconcile flushes it); a crash before that is a lost answer, which the next pass
+	// finds by the run's key.
+	return Result{}, false, rc.hold(log, r, EventQueued, "session "+sid+" queued at the Juice Controller")
+}
+
+// adoptEarlier looks for a session an earlier attempt booked under the run's key and, when there is one, takes it
+// (cancelling any twin) and moves to waiting: found is true then. From here on the session learnt may have a twin
+// (MaybeOrphans).
+func (rc *Reconciler) adoptEarlier(ctx context.Context, log logr.Logger, r *Reservation) (found bool, err error) {
+	r.Status.MaybeOrphans = true
+	view, err := rc.view(ctx, r.ID, r.Request.Pool)
+	if err != nil {
+		if errors.Is(err, juiceapi.ErrNoCapacity) {
+			return false, err
+		}
+		return false, fmt.Errorf("look for the run's sessions before asking: %w", err)
+	}
+	sessions, _ := view.ByKey(r.ID.String())
+	if len(sessions) == 0 {
+		return false, nil
+	}
+	keep := sessions[0].ID
+	if _, err := rc.cancelOrphans(ctx, log, view, r, keep); err != nil {
+		return false, err
+	}
+	r.Status.SessionID = keep
+	return true, rc.apply(ctx, log, r, EventQueued, "session "+keep+" found at the Juice Controller by the run's key (its answer was lost)")
+}
+
+// waiting: the session is queued or assigned at the controller; it becomes ready once active and serving what
+// was asked, and the run loses it if the controller ends it first.
+func (rc *Reconciler) waiting(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
+	s, err := rc.Juice.GetSession(ctx, r.Status.SessionID)
+	if errors.Is(err, juiceapi.ErrNotFound) {
+		return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller no longer knows session "+r.Status.SessionID)
+	}
+	if err != nil {
+		return Result{}, true, fmt.Errorf("get session: %w", err)
+	}
+	switch {
+	case s.Active() && juiceapi.CheckGrant(s, sessionRequest(r)) != "":
+		// Not what was asked: not ready. Say so once (the reason shows in describe), and look again.
+		if why := "not ready: " + juiceapi.CheckGrant(s, sessionRequest(r)); r.Status.Reason != why {
+			if err := rc.apply(ctx, log, r, EventQueued, why); err != nil {
+				return Result{}, true, err
+			}
+		}
+		return Result{RequeueAfter: rc.WaitPoll}, true, nil
+	case s.Active():
+		return rc.becomeReady(ctx, log, r, s)
+	case s.Ended():
+		return Result{}, false, rc.apply(ctx, log, r, EventClosed,
+			fmt.Sprintf("the Juice Controller ended session %s (%s) before it became active", s.ID, s.State))
+	case s.State == juiceapi.StateAssigned:
+		// Placed on an agent, which is starting it: active within moments, and a job may be waiting for it in its
+		// prolog (an array's elements, one after the other on a full pool): look again sooner.
+		return Result{RequeueAfter: rc.WaitPoll / assignedPollDivisor}, true, nil
+	}
+	return Result{RequeueAfter: rc.WaitPoll}, true, nil
+}
+
+// becomeReady seals the session file of an active session that serves the request and moves to ready. Other
+// sessions carrying the run's key are orphans of a lost answer: placed by now, if at all. Only a run that asked
+// more than once can have them; walking the pool for every run would cost each reservation a call per agent
+// (10,000 runs on 1,250 agents never became ready).
+func (rc *Reconciler) becomeReady(ctx context.Context, log logr.Logger, r *Reservation, s *juiceapi.Session) (Result, bool, error) {
+	if r.Status.MaybeOrphans {
+		view, err := rc.view(ctx, r.ID, r.Request.Pool)
+		if err != nil {
+			return Result{}, true, fmt.Errorf("look for orphans of the run: %w", err)
+		}
+		if _, err := rc.cancelOrphans(ctx, log, view, r, s.ID); err != nil {
+			return Result{}, true, err
+		}
+	}
+	if err := rc.seal(r, s, sessionRequest(r)); err != nil {
+		return Result{}, false, rc.apply(ctx, log, r, EventFail, "cannot seal the session file: "+err.Error())
+	}
+	if err := rc.apply(ctx, log, r, EventActive, "session "+s.ID+" active on agent "+s.Address); err != nil {
+		return Result{}, true, err
+	}
+	if rc.OnReady != nil {
+		rc.OnReady(r)
+	}
+	// Just seen active: the first check that it is still alive is due in ReadyCheck, not now.
+	return rc.checkAgain(), true, nil
+}
+
+// ready: an array element reserved ahead was sealed before slurmctld gave it its job id, and once bound its file
+// is sealed again for that job, from the one sealed before, without asking the controller. Otherwise the session
+// is checked to be still alive: per pool walk (checkLive) or, without the liveness watch, by reading it.
+func (rc *Reconciler) ready(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
+	if r.Run.JobID != 0 && r.Status.SealedJobID != r.Run.JobID {
+		if err := rc.reseal(ctx, r); err != nil {
+			return Result{}, true, fmt.Errorf("seal the session file again for job %d: %w", r.Run.JobID, err)
+		}
+		return Result{}, false, rc.apply(ctx, log, r, EventBound,
+			fmt.Sprintf("session %s sealed for job %d (array element %d_%d)", r.Status.SessionID, r.Run.JobID, r.Run.ArrayJobID, r.Run.ArrayTaskID))
+	}
+	if rc.Liveness != nil {
+		return rc.checkLive(ctx, log, r)
+	}
+	s, err := rc.Juice.GetSession(ctx, r.Status.SessionID)
+	if errors.Is(err, juiceapi.ErrNotFound) || err == nil && s.Ended() {
+		return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller ended session "+r.Status.SessionID+" while the job held it")
+	}
+	if err != nil {
+		return Result{}, true, fmt.Errorf("check session: %w", err)
+	}
+	return Result{RequeueAfter: rc.ReadyCheck}, true, nil
+}
+
+// releasing: every session the run may hold is cancelled, then the reservation is released (or failed, when a
+// failure brought it here). A session still waiting for its agent is cancelled once the agent holds it.
+func (rc *Reconciler) releasing(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
+	reason := "no session was ever made"
+	if r.Status.Requested && (r.Status.MaybeOrphans || r.Status.SessionID == "") {
+		found, notYet, err := rc.cancelByKey(ctx, log, r)
+		if err != nil {
+			return Result{}, true, err
+		}
+		if notYet > 0 {
+			return Result{RequeueAfter: rc.WaitPoll}, true, nil // cancelled once their agent has them
+		}
+		if r.Status.SessionID == "" && found > 0 {
+			reason = fmt.Sprintf("%d session(s) found by the run's key cancelled at the Juice Controller", found)
+		}
+	}
+	if r.Status.SessionID != "" {
+		err := rc.Juice.CancelSession(ctx, r.Status.SessionID)
+		if errors.Is(err, juiceapi.ErrNotYet) {
+			return Result{RequeueAfter: rc.WaitPoll}, true, nil
+		}
+		if err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
+			return Result{}, true, fmt.Errorf("cancel session: %w", err)
+		}
+		reason = "session " + r.Status.SessionID + " cancelled at the Juice Controller"
+	}
+	return Result{}, false, rc.apply(ctx, log, r, EventClosed, reason)
+}
+
+// cancelByKey cancels every placed session carrying the run's key but the one it knows: a request may have reached
+// the controller without its answer reaching us. (Asking again with the key to learn the session would book one
+// more at a controller without idempotency.) One still queued is caught by the sweep once placed. A session got on
+// the first request is the key's only one, and the caller cancels it without a walk. found counts the sessions
+// carrying the key; notYet those that cannot be cancelled before their agent takes them.
+func (rc *Reconciler) cancelByKey(ctx context.Context, log logr.Logger, r *Reservation) (found, notYet int, err error) {
+	view, err := rc.view(ctx, r.ID, r.Request.Pool)
+	if errors.Is(err, juiceapi.ErrNoCapacity) {
+		view, err = &juiceapi.PoolView{}, nil // a pool that cannot be named was never asked of
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("find the run's sessions to release: %w", err)
+	}
+	sessions, _ := view.ByKey(r.ID.String())
+	notYet, err = rc.cancelOrphans(ctx, log, view, r, r.Status.SessionID)
+	return len(sessions), notYet, err
 }
 
 // requestWithinCap asks for r's session when its user stays within the site policy's cap on GPUs in the pool,
