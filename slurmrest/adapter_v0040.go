@@ -108,25 +108,11 @@ func (a *v0040Adapter) listJobs(ctx context.Context, c *Client, since time.Time)
 
 func (a *v0040Adapter) getJob(ctx context.Context, c *Client, id uint32) (*Job, error) {
 	r := a.req(http.MethodGet, jobPath(id), nil, true)
-	resp, err := c.do(ctx, r)
+	out, err := exchange(ctx, c, r, func(o *wire.V0040JobInfoResponse) []wire.Error { return o.Errors })
 	if err != nil {
 		return nil, err
 	}
-	var out wire.V0040JobInfoResponse
-	if err := decode(r, resp, &out); err != nil {
-		return nil, err
-	}
-	if err := check(r, resp, out.Errors); err != nil {
-		return nil, err
-	}
-	for i := range out.Jobs {
-		if uint32(out.Jobs[i].JobID) == id {
-			var j Job
-			v0040Job(&out.Jobs[i], &j)
-			return &j, nil
-		}
-	}
-	return nil, fmt.Errorf("slurmrest: job %d: %w", id, ErrNotFound)
+	return findJob(out.Jobs, id, func(j *wire.V0040Job) uint32 { return uint32(j.JobID) }, v0040Job)
 }
 
 func (a *v0040Adapter) updateJob(ctx context.Context, c *Client, id uint32, u JobUpdate) error {

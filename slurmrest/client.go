@@ -176,11 +176,6 @@ func (c *Client) setRelease(r string) {
 	c.mu.Unlock()
 }
 
-// SupportedVersions lists the API versions this client speaks, newest first.
-func SupportedVersions() []string {
-	return append([]string(nil), supportedVersions...)
-}
-
 // Ping checks that slurmrestd answers and that it reaches a responding slurmctld.
 func (c *Client) Ping(ctx context.Context) error {
 	ad, err := c.adapter(ctx)
@@ -437,6 +432,35 @@ func newAPIError(r request, status int, body []byte, errs []wire.Error) *APIErro
 }
 
 // check returns an *APIError when a 2xx reply carries errors[].
+// exchange sends r and decodes its reply into a T, whose errors[] (errs) it checks: the round trip of every adapter
+// call whose reply has nothing to read before its errors.
+func exchange[T any](ctx context.Context, c *Client, r request, errs func(*T) []wire.Error) (*T, error) {
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	out := new(T)
+	if err := decode(r, resp, out); err != nil {
+		return nil, err
+	}
+	if err := check(r, resp, errs(out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// findJob converts the job of id among a reply's jobs (every version's GET job/ answers a list).
+func findJob[W any](jobs []W, id uint32, idOf func(*W) uint32, convert func(*W, *Job)) (*Job, error) {
+	for i := range jobs {
+		if idOf(&jobs[i]) == id {
+			var j Job
+			convert(&jobs[i], &j)
+			return &j, nil
+		}
+	}
+	return nil, fmt.Errorf("slurmrest: job %d: %w", id, ErrNotFound)
+}
+
 func check(r request, resp *response, errs []wire.Error) error {
 	if len(errs) == 0 {
 		return nil

@@ -99,15 +99,6 @@ func (e *APIError) HasNumber(n int) bool {
 	return false
 }
 
-// Numbers returns the Slurm error numbers of errors[].
-func (e *APIError) Numbers() []int {
-	out := make([]int, 0, len(e.Errors))
-	for _, se := range e.Errors {
-		out = append(out, se.Number)
-	}
-	return out
-}
-
 // Is makes errors.Is(err, ErrNotFound) and errors.Is(err, ErrUnauthorized) work.
 func (e *APIError) Is(target error) bool {
 	switch target {
