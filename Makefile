@@ -16,7 +16,7 @@ export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
-.PHONY: all build go-build spank install package test-package demo-installed bench-p5-large test-failover chaos-failover test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
+.PHONY: all build go-build spank install package test-package demo-installed test-bare bench-p5-large test-failover chaos-failover test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
 	testbed-wire demo bench bench-scale chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy chaos-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -98,9 +98,15 @@ unit:
 # cluster (22.05 on the host, 24.11 and 26.05 in chroots), the security suite (on the host), the legacy Juice
 # controller as the Juice side (on the host), then the REST compatibility runs; last, the packages are built and
 # checked, the .deb installed, and the demo run from the installed files (issue 13's acceptance, and the README's
-# first command: the demo fails on any step that does not do what it shows).
-test: testbed-up build lint test-spank test-go test-smoke test-failover test-releases test-security test-juice-legacy test-compat test-package demo-installed
+# first command: the demo fails on any step that does not do what it shows); then the README's first command again,
+# from a Debian 12 root that has none of what it installs (test-bare: a missing or racing install step fails here,
+# though this machine kept what earlier runs installed).
+test: testbed-up build lint test-spank test-go test-smoke test-failover test-releases test-security test-juice-legacy test-compat test-package demo-installed test-bare
 	@echo "make test: all suites passed"
+
+# make demo from a bare Debian 12 root (test/bare/bare.sh): its own network namespace, so the host's test bed runs on.
+test-bare:
+	bash test/bare/bare.sh
 
 test-spank:
 	$(MAKE) -C spank test
