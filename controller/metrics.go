@@ -104,6 +104,13 @@ func NewMetrics(st *store.Store) *Metrics {
 			"Keys waiting in the leader's work queues (ready now or later), by queue.", []string{"queue"}, nil)},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.buildInfo.WithLabelValues("unknown", runtime.Version()).Set(1)
+	// The series the alerts take increase() of exist at zero from the start, so that their first count shows.
+	for _, r := range []string{"ok", "error"} {
+		m.prunes.WithLabelValues(r)
+	}
+	for _, limit := range []string{"connections", "waits_per_peer"} {
+		m.hookRefused.WithLabelValues(limit)
+	}
 	if st != nil {
 		m.watchReservations(st.OpenCounts)
 	}
