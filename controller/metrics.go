@@ -173,7 +173,7 @@ func (m *Metrics) WatchTokenExpiry(name string, token func() (string, error)) {
 	if m == nil {
 		return
 	}
-	m.register(&tokenCollector{name: name, token: token, errors: m.collectorError("token_" + name), desc: prometheus.NewDesc(
+	m.register(&tokenCollector{token: token, errors: m.collectorError("token_" + name), desc: prometheus.NewDesc(
 		"juice_slurm_token_expiry_timestamp_seconds", "When a token this replica uses expires (Unix time, from its JWT exp claim).",
 		nil, prometheus.Labels{"token": name})})
 }
@@ -381,7 +381,6 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 
 // tokenCollector reads a token's expiry at scrape time.
 type tokenCollector struct {
-	name   string
 	token  func() (string, error)
 	errors prometheus.Counter
 	desc   *prometheus.Desc
