@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"regexp"
 	"runtime"
 	"sync"
@@ -36,7 +35,9 @@ type Metrics struct {
 	sweeps            *prometheus.CounterVec
 	sweptSessions     prometheus.Counter
 	hookRequests      *prometheus.CounterVec
-	pruned            *prometheus.CounterVec
+	prunes            *prometheus.CounterVec
+	pruned            prometheus.Counter
+	collectorErrors   *prometheus.CounterVec
 	buildInfo         *prometheus.GaugeVec
 
 	all     []prometheus.Collector        // every collector registered, for Names
@@ -85,25 +86,51 @@ func NewMetrics(st *store.Store) *Metrics {
 		hookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "juice_slurm_hook_requests_total", Help: "Calls of the hook API, by hook and outcome (ready, waiting, failed, none, released, or unauthorized, bad_request, error)."},
 			[]string{"hook", "outcome"}),
-		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "juice_slurm_pruned_reservations_total", Help: "Reservations of ended runs deleted by the retention, by result of the prune."},
-			[]string{"result"}),
+		prunes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "juice_slurm_prunes_total", Help: "Prunes of the runs that ended longer than the retention ago, by result."}, []string{"result"}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "juice_slurm_pruned_reservations_total", Help: "Reservations of ended runs deleted by the retention."}),
+		collectorErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "juice_slurm_collector_errors_total", Help: "Scrapes at which a metric read at scrape time could not be read and was left out, by collector (reservations, token_slurmrestd, token_juice)."},
+			[]string{"collector"}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "juice_slurm_build_info", Help: "Always 1: the version of this controller and the Go it was built with."},
 			[]string{"version", "goversion"}),
 	}
 	m.register(m.reconcileDuration, m.reconcileErrors, m.submitToReady, m.prologWait, m.slurmRequests,
-		m.juiceRequests, m.leader, m.polls, m.hookRefused, m.lastGoodPoll, m.sweeps, m.sweptSessions, m.hookRequests, m.pruned, m.buildInfo,
+		m.juiceRequests, m.leader, m.polls, m.hookRefused, m.lastGoodPoll, m.sweeps, m.sweptSessions, m.hookRequests, m.prunes, m.pruned,
+		m.collectorErrors, m.buildInfo,
 		&queueCollector{m: m, desc: prometheus.NewDesc("juice_slurm_queue_depth",
 			"Keys waiting in the leader's work queues (ready now or later), by queue.", []string{"queue"}, nil)},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.buildInfo.WithLabelValues("unknown", runtime.Version()).Set(1)
+	// The series the alerts take increase() of exist at zero from the start, so that their first count shows.
+	for _, r := range []string{"ok", "error"} {
+		m.prunes.WithLabelValues(r)
+	}
+	for _, limit := range []string{"connections", "waits_per_peer"} {
+		m.hookRefused.WithLabelValues(limit)
+	}
 	if st != nil {
-		m.register(&stateCollector{store: st, m: m, desc: prometheus.NewDesc("juice_slurm_reservations",
-			"Open reservations of this cluster by pool and state, exported by the leader only (sum over replicas is right).",
-			[]string{"pool", "state"}, nil), pools: map[string]bool{}})
+		m.watchReservations(st.OpenCounts)
 	}
 	return m
+}
+
+// watchReservations exports juice_slurm_reservations, read at each scrape from counts.
+func (m *Metrics) watchReservations(counts func(context.Context) ([]store.Count, error)) {
+	m.register(&stateCollector{counts: counts, m: m, errors: m.collectorError("reservations"),
+		desc: prometheus.NewDesc("juice_slurm_reservations",
+			"Open reservations of this cluster by pool and state, exported by the leader only (sum over replicas is right).",
+			[]string{"pool", "state"}, nil), pools: map[string]bool{}})
+}
+
+// collectorError is the error counter of a collector that reads its values at scrape time. Such a collector that
+// fails leaves out its own series and counts the failure: it must not send an invalid metric, which fails the
+// whole scrape (promhttp answers 500) and with it every alert on this replica, the one for that failure too.
+// The counter exists at zero from the start, so that increase() sees its first error.
+func (m *Metrics) collectorError(collector string) prometheus.Counter {
+	return m.collectorErrors.WithLabelValues(collector)
 }
 
 func (m *Metrics) register(cs ...prometheus.Collector) {
@@ -146,7 +173,7 @@ func (m *Metrics) WatchTokenExpiry(name string, token func() (string, error)) {
 	if m == nil {
 		return
 	}
-	m.register(&tokenCollector{name: name, token: token, desc: prometheus.NewDesc(
+	m.register(&tokenCollector{token: token, errors: m.collectorError("token_" + name), desc: prometheus.NewDesc(
 		"juice_slurm_token_expiry_timestamp_seconds", "When a token this replica uses expires (Unix time, from its JWT exp claim).",
 		nil, prometheus.Labels{"token": name})})
 }
@@ -215,11 +242,17 @@ func (m *Metrics) observeSweep(cancelled int, err error) {
 	m.sweptSessions.Add(float64(cancelled))
 }
 
+// observePrune counts one prune by its result, and the reservations it deleted: a prune that failed after some
+// batches deleted those rows all the same, and a failure counts once however many rows went before it.
 func (m *Metrics) observePrune(n int64, err error) {
 	if m == nil {
 		return
 	}
-	m.pruned.WithLabelValues(result(err)).Add(float64(n))
+	m.pruned.Add(float64(n))
+	if errors.Is(err, context.Canceled) {
+		return // the replica stopped leading: not a failure of the prune
+	}
+	m.prunes.WithLabelValues(result(err)).Inc()
 }
 
 func (m *Metrics) observeHook(hook, outcome string) {
@@ -262,11 +295,12 @@ func result(err error) string {
 // exports it, so that a sum over replicas counts each reservation once. A pool seen once is exported with zeros
 // after its last reservation ends, so graphs and alerts see the drop rather than a gap.
 type stateCollector struct {
-	store *store.Store
-	m     *Metrics
-	desc  *prometheus.Desc
-	mu    sync.Mutex
-	pools map[string]bool
+	counts func(context.Context) ([]store.Count, error) // Store.OpenCounts
+	m      *Metrics
+	errors prometheus.Counter
+	desc   *prometheus.Desc
+	mu     sync.Mutex
+	pools  map[string]bool
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
@@ -277,9 +311,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	counts, err := c.store.OpenCounts(ctx)
+	counts, err := c.counts(ctx)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		c.errors.Inc() // a database failover: the gauge is left out of this scrape, the rest is served
 		return
 	}
 	c.mu.Lock()
@@ -347,9 +381,9 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 
 // tokenCollector reads a token's expiry at scrape time.
 type tokenCollector struct {
-	name  string
-	token func() (string, error)
-	desc  *prometheus.Desc
+	token  func() (string, error)
+	errors prometheus.Counter
+	desc   *prometheus.Desc
 }
 
 func (c *tokenCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
@@ -357,7 +391,7 @@ func (c *tokenCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *tokenCollector) Collect(ch chan<- prometheus.Metric) {
 	tok, err := c.token()
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, fmt.Errorf("token %s: %w", c.name, err))
+		c.errors.Inc() // an unreadable token file: its expiry is left out of this scrape, the rest is served
 		return
 	}
 	if exp, ok := slurmrest.JWTExpiry(tok); ok {

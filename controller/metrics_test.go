@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
@@ -244,6 +247,61 @@ func TestLeaderPrunesEndedRuns(t *testing.T) {
 	_, err = h.store.Get(ctx, kept.ID)
 	require.NoError(t, err, "a run that ended within the retention is kept")
 	eventually(t, 5*time.Second, "counted", func() bool {
-		return samples(t, c, "juice_slurm_pruned_reservations_total")["result=ok"] == 1
+		return samples(t, c, "juice_slurm_pruned_reservations_total")[""] == 1 &&
+			samples(t, c, "juice_slurm_prunes_total")["result=ok"] >= 1
 	})
+}
+
+// A collector that reads its values at scrape time and fails (the reservations gauge during a PostgreSQL
+// failover, an unreadable token file) leaves out its own series and counts the error: the rest of the scrape is
+// served, so the alerts on this replica, the one on juice_slurm_collector_errors_total too, keep working.
+func TestFailingCollectorDropsOnlyItsSeries(t *testing.T) {
+	m := NewMetrics(nil)
+	m.watchReservations(func(context.Context) ([]store.Count, error) {
+		return nil, errors.New("connection refused: the primary is failing over")
+	})
+	m.WatchTokenExpiry("slurmrestd", func() (string, error) {
+		return "", errors.New("open /etc/juice-slurm/slurmrestd.token: permission denied")
+	})
+	m.setLeader(true)
+	// The handler as the metrics listener builds it (hookserver.go).
+	srv := httptest.NewServer(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	scrape := func() string {
+		resp, err := http.Get(srv.URL)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "a failing collector must not fail the scrape:\n%s", b)
+		return string(b)
+	}
+	scrape()
+	body := scrape()
+	require.Contains(t, body, "\njuice_slurm_leader 1\n", "the other series are served")
+	require.NotContains(t, body, "\njuice_slurm_reservations{", "the failed gauge is left out, not served stale or zero")
+	require.NotContains(t, body, "\njuice_slurm_token_expiry_timestamp_seconds{")
+	require.Contains(t, body, "\njuice_slurm_collector_errors_total{collector=\"reservations\"} ")
+	require.Regexp(t, `\njuice_slurm_collector_errors_total\{collector="reservations"\} [1-9]`, body)
+	require.Regexp(t, `\njuice_slurm_collector_errors_total\{collector="token_slurmrestd"\} [1-9]`, body)
+}
+
+// A prune that fails counts as one failed prune, whatever it deleted before the error; the rows it did delete
+// are counted as deleted. A prune cut short because the replica stopped leading is no failure.
+func TestPruneFailuresAreCounted(t *testing.T) {
+	m := NewMetrics(nil)
+	m.observePrune(0, errors.New("prune reservations: connection refused"))
+	m.observePrune(2000, errors.New("prune reservations: connection reset"))
+	m.observePrune(5, nil)
+	m.observePrune(0, context.Canceled)
+	require.Equal(t, float64(2), counted(t, m.prunes.WithLabelValues("error")))
+	require.Equal(t, float64(1), counted(t, m.prunes.WithLabelValues("ok")))
+	require.Equal(t, float64(2005), counted(t, m.pruned))
+}
+
+func counted(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+	return value(&m)
 }

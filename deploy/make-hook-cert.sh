@@ -1,10 +1,15 @@
 #!/bin/sh
 # Make the hook API's TLS certificate and key: DIR/hook.crt (0644) and DIR/hook.key (0600, owned by USER, the
 # controller's user). The hooks pin hook.crt (--hook-ca): the hook secret goes to no listener that cannot prove
-# it holds hook.key. Existing files are kept. Extra names or addresses of the controller's hosts go in
-# JUICE_HOOK_SANS (e.g. "DNS:ctl1.example.org,IP:10.0.0.5"); 127.0.0.1, ::1 and localhost are always in.
+# it holds hook.key. Existing files are kept (remove both to make them anew, e.g. with other names).
 #
-#   deploy/make-hook-cert.sh [DIR [USER]]       default /etc/juice-slurm and slurm
+# The hooks check that the certificate names the host of each URL in JUICE_HOOK_URL (juice-config.sh), so it
+# must name every controller replica as the hooks reach it. 127.0.0.1, ::1, localhost and this host's name
+# (hostname) are always in; the names and addresses of the other controller hosts go in JUICE_HOOK_SANS, e.g.
+# for two replicas: JUICE_HOOK_SANS="DNS:ctl1.example.org,DNS:ctl2.example.org,IP:10.0.0.5,IP:10.0.0.6". Every
+# replica then serves the same hook.crt and hook.key (copy both, keeping owner and modes).
+#
+#   [JUICE_HOOK_SANS=...] deploy/make-hook-cert.sh [DIR [USER]]       default /etc/juice-slurm and slurm
 set -eu
 dir=${1:-/etc/juice-slurm}
 user=${2:-${SLURM_USER:-slurm}}
@@ -19,4 +24,4 @@ chown "$user:$user" "$dir/.hook.key.new" && chmod 0600 "$dir/.hook.key.new"
 chmod 0644 "$dir/.hook.crt.new"
 mv "$dir/.hook.key.new" "$dir/hook.key"
 mv "$dir/.hook.crt.new" "$dir/hook.crt"
-echo "made $dir/hook.crt and $dir/hook.key"
+echo "made $dir/hook.crt and $dir/hook.key for $sans"
