@@ -139,7 +139,7 @@ test-security: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && JUICE_E2E_SECURITY=1 $(GO) test -count=1 -timeout 15m -tags e2e -run '"'"'^TestSecurity'"'"' ./test/e2e/'
 	$(GO) test -count=1 -run '^($(SECURITY_UNIT))$$' ./controller/... ./cmd/juice-slurm/ ./internal/... ./reconcile/...
 	$(MAKE) -C spank test
-	sh deploy/make-secrets.test.sh $(BIN)/juice-slurm
+	sh deploy/make-secrets.test.sh $(CURDIR)/$(BIN)/juice-slurm
 
 test-compat: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/chroot/test-compat.sh'
