@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -57,4 +58,41 @@ func TestUserGuideMessagesExist(t *testing.T) {
 		require.GreaterOrEqual(t, longest, 12, "docs/user.md: message %q has too little text to find", m[1])
 	}
 	require.GreaterOrEqual(t, n, 30, "docs/user.md: the messages listed")
+}
+
+// The users' man page, juice-slurm(1), carries the VERSION file's version and names the plugin's three options
+// and every flag of `juice-slurm jobs` a user types (the settings jobs reads are named in ENVIRONMENT).
+func TestUserManPage(t *testing.T) {
+	page, err := os.ReadFile("../../docs/juice-slurm.1")
+	require.NoError(t, err)
+	version, err := os.ReadFile("../../VERSION")
+	require.NoError(t, err)
+	require.Contains(t, string(page), `.TH JUICE-SLURM 1 "`)
+	require.Contains(t, string(page), `"juice-slurm `+strings.TrimSpace(string(version))+`"`, "docs/juice-slurm.1's .TH version")
+	text := strings.ReplaceAll(string(page), `\-`, "-")
+	shows := func(s string) {
+		t.Helper()
+		if !strings.Contains(text, s) {
+			t.Errorf("docs/juice-slurm.1 does not show %s", s)
+		}
+	}
+	for _, opt := range []string{"--juice-pool=", "--juice-gpu-count=", "--juice-vram="} {
+		shows(opt)
+	}
+	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
+	jobsFlags(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !commandLineOnly[f.Name] {
+			env := "JUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+			if f.Name != "munge" {
+				shows(env)
+			}
+			return
+		}
+		if len(f.Name) == 1 {
+			shows(`\fB-` + f.Name + `\fR`)
+		} else {
+			shows("--" + f.Name)
+		}
+	})
 }
