@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -120,6 +121,10 @@ func TestUsersPassOverAnUnreadableSettingsFile(t *testing.T) {
 		err := runJobs(context.Background(), &out, []string{"--hook-ca", "/nonexistent/hook.crt"})
 		require.ErrorContains(t, err, "you may not read "+conf)
 		require.ErrorContains(t, err, "JUICE_HOOK_URL")
+		out.Reset()
+		require.NoError(t, runSettings(&out, []string{"jobs"}), "settings jobs: what jobs runs with")
+		require.Regexp(t, `(?m)^config +`+regexp.QuoteMeta(conf)+` +default \(not readable by you: passed over\)$`, out.String())
+		require.Regexp(t, `(?m)^hook-url +https://127.0.0.1:7171 +default$`, out.String())
 		err = run(context.Background(), []string{"status"})
 		require.ErrorIs(t, err, os.ErrPermission, "status reads the database URL from the file, which it must read")
 		return

@@ -72,6 +72,9 @@ func parseFlagsFrom(fs *flag.FlagSet, args []string) (Origins, error) {
 	return settingsParser(defaultConfig).Parse(fs, args)
 }
 
+// userCommands are the commands an ordinary user runs, which parse their flags with parseUserFlags.
+var userCommands = map[string]bool{"jobs": true, "version": true}
+
 // parseUserFlags is parseFlags for the commands an ordinary user runs (jobs, version): the settings file is
 // root:slurm 0640, and one the caller may not read is passed over (the environment and the defaults say the
 // rest) instead of failing the command.
@@ -115,7 +118,11 @@ func runSettings(out io.Writer, args []string) error {
 	}
 	fs := flag.NewFlagSet("juice-slurm settings "+cmd, flag.ContinueOnError)
 	register(fs)
-	origins, err := parseFlagsFrom(fs, args)
+	parse := parseFlagsFrom
+	if userCommands[cmd] {
+		parse = parseUserFlags // what a user's `jobs` runs with, from what the user may read
+	}
+	origins, err := parse(fs, args)
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func (p Parser) Parse(fs *flag.FlagSet, args []string) (Origins, error) {
 		case errors.Is(err, os.ErrNotExist) && !named:
 			// The default file is optional: flags and the environment may say it all.
 		case errors.Is(err, os.ErrPermission) && !named && p.PassUnreadable:
-			origins["config"] = *config + Unreadable
+			origins["config"] = "default" + Unreadable
 		case err != nil:
 			return nil, err
 		}
