@@ -49,7 +49,7 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		dbURL:         fs.String("database-url", "", "PostgreSQL URL, e.g. postgres://juice@127.0.0.1:5432/juice (required)"),
 		restURL:       fs.String("slurmrestd-url", "http://127.0.0.1:6820", "slurmrestd: http://host:port or unix:///path"),
 		restUser:      fs.String("slurm-user", "slurm", "user name of the slurmrestd token (an operator, e.g. SlurmUser)"),
-		restToken:     fs.String("slurm-token-file", "", "file holding the slurmrestd JWT, re-read when it changes"),
+		restToken:     fs.String("slurm-token-file", "", "file holding the slurmrestd JWT, mode 0600, re-read when it changes (required, but for a unix:// slurmrestd-url: rest_auth/local)"),
 		restVersion:   fs.String("slurmrest-version", "", "force a slurmrestd API version, e.g. v0.0.38 (default: the newest offered)"),
 		juiceURL:      fs.String("juice-url", "http://127.0.0.1:7070", "the Juice Controller (or juice-sim)"),
 		juiceToken:    fs.String("juice-token-file", "", "file holding the Juice M2M token, mode 0600 (required)"),
