@@ -35,8 +35,8 @@ spank:
 	$(MAKE) -C spank VERSION=$(VERSION)
 
 # make install [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=/etc]: the binaries, the plugin and the hooks in
-# $(LIBDIR), juice-slurm in $(PREFIX)/bin, the units, the man page, the docs, the examples and the monitoring
-# files; the settings file only when there is none. Paths inside the installed files follow PREFIX.
+# $(LIBDIR), juice-slurm in $(PREFIX)/bin, the units, the man pages (juice-slurm(1) for users, juice-slurm(8)),
+# the docs, the examples and the monitoring files; the settings file only when there is none. Paths inside the installed files follow PREFIX.
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 LIBDIR := $(PREFIX)/lib/juice-slurm
@@ -48,7 +48,7 @@ MANDIR := $(PREFIX)/share/man
 SUBST := sed -e 's\#/usr/local/lib/juice-slurm\#$(LIBDIR)\#g' -e 's\#/usr/share/doc/juice-slurm\#$(DOCDIR)\#g'
 install: build
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(DATADIR)/examples $(DESTDIR)$(DATADIR)/monitoring \
-		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/juice-slurm
+		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/juice-slurm
 	install -m 0755 $(BIN)/juice-slurm $(BIN)/juice-slurm-hook $(BIN)/juice-sim $(DESTDIR)$(LIBDIR)/
 	install -m 0755 spank/build/spank_juice.so $(DESTDIR)$(LIBDIR)/
 	install -m 0755 hooks/juice-prolog.sh hooks/juice-epilog.sh deploy/juice-slurm-token-renew $(DESTDIR)$(LIBDIR)/
@@ -60,8 +60,8 @@ install: build
 	install -m 0755 deploy/make-secrets.sh deploy/make-hook-cert.sh $(DESTDIR)$(DATADIR)/
 	install -m 0644 deploy/monitoring/*.yml deploy/monitoring/*.json deploy/monitoring/README.md $(DESTDIR)$(DATADIR)/monitoring/
 	for u in deploy/*.service deploy/*.timer; do $(SUBST) $$u >$(DESTDIR)$(UNITDIR)/$$(basename $$u); done
-	sed -e 's/^\.TH JUICE-SLURM 8 "\([^"]*\)" "juice-slurm [^"]*"/.TH JUICE-SLURM 8 "\1" "juice-slurm $(VERSION)"/' docs/juice-slurm.8 \
-		| gzip -9n >$(DESTDIR)$(MANDIR)/man8/juice-slurm.8.gz
+	for s in 1 8; do sed -e 's/^\.TH JUICE-SLURM '$$s' "\([^"]*\)" "juice-slurm [^"]*"/.TH JUICE-SLURM '$$s' "\1" "juice-slurm $(VERSION)"/' \
+		docs/juice-slurm.$$s | gzip -9n >$(DESTDIR)$(MANDIR)/man$$s/juice-slurm.$$s.gz; done
 	install -m 0644 README.md CHANGELOG.md LICENSE docs/*.md $(DESTDIR)$(DOCDIR)/
 	[ -e $(DESTDIR)$(SYSCONFDIR)/juice-slurm/juice-slurm.conf ] || \
 		install -m 0644 deploy/juice-slurm.conf $(DESTDIR)$(SYSCONFDIR)/juice-slurm/juice-slurm.conf

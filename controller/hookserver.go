@@ -409,7 +409,11 @@ func (a *HookServer) mine(w http.ResponseWriter, r *http.Request) {
 	out := hookapi.MineReply{User: name, Runs: []hookapi.RunView{}}
 	for _, res := range rs {
 		v := hookapi.RunView{JobID: res.Run.JobID, Run: res.Run.Run, Request: res.Request.String(), State: string(res.Status.State),
-			Reason: res.Status.Reason, JobState: res.Spec.JobState, Created: res.CreatedAt}
+			Reason: res.Status.Reason, JobState: res.Spec.JobState, Created: res.CreatedAt, Partition: res.Partition}
+		if res.Run.Element() {
+			task := res.Run.ArrayTaskID
+			v.ArrayJobID, v.ArrayTaskID = res.Run.ArrayJobID, &task
+		}
 		ts, err := a.Store.Events(r.Context(), res.ID)
 		if err != nil {
 			a.Log.Error(err, "read a run's events", "job", res.Run.JobID, "run", res.Run.Run)

@@ -163,7 +163,7 @@ func TestLegacySessionReadsAreValidated(t *testing.T) {
 		{"empty", gpus2, func(s *juiceapi.Session) { *s = juiceapi.Session{State: juiceapi.StateActive} }, "empty session"},
 		{"fewer GPUs", gpus2, func(s *juiceapi.Session) { s.GPUs = s.GPUs[:1] }, "gives 1 GPU(s) for 2 asked"},
 		{"less VRAM", request.Request{Pool: "test", GPUs: 1, VRAM: 8 * vram.GiB},
-			func(s *juiceapi.Session) { s.GPUs[0].VRAMRequired = 4 * vram.GiB }, "gives 0 GPU(s) with at least 8589934592 bytes of VRAM for 1 asked"},
+			func(s *juiceapi.Session) { s.GPUs[0].VRAMRequired = 4 * vram.GiB }, "gives 0 GPU(s) with at least 8GiB of VRAM for 1 asked"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

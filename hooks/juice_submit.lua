@@ -279,6 +279,48 @@ local function sorted_keys(set)
 	return table.concat(t, ", ")
 end
 
+-- q, r = digits / d, for a string of decimal digits and a number d < 2^31:
+-- exact in Lua 5.1's doubles, as every partial remainder is below 10 * d.
+local function divmod(digits, d)
+	local q, r = {}, 0
+	for i = 1, #digits do
+		r = r * 10 + digits:byte(i) - 48
+		local qd = math.floor(r / d)
+		q[#q + 1], r = qd, r - qd * d
+	end
+	local s = table.concat(q):gsub("^0+", "")
+	return s == "" and "0" or s, r
+end
+
+local GIB, MIB = 1073741824, 1048576
+local READABLE_UNITS = { { GIB, "GiB" }, { MIB, "MiB" }, { 1000000000, "GB" }, { 1000000, "MB" } }
+
+-- A size for a message a user reads, as internal/vram.Readable prints it
+-- (test/vectors/sizes.tsv): the exact GiB, MiB, GB or MB with at most 3
+-- decimals; under 1MiB, bytes; else GiB rounded up to 9 decimals, which gives
+-- back the GiB a user typed.  bytes is a string of decimal digits.
+local function readable(bytes)
+	for _, u in ipairs(READABLE_UNITS) do
+		if le_digits(tostring(u[1]), bytes) then
+			local whole, rest = divmod(bytes, u[1])
+			if rest == 0 then return whole .. u[2] end
+			for d = 1, 3 do
+				local scaled = rest * 10 ^ d -- below 2^40: exact
+				if math.fmod(scaled, u[1]) == 0 then
+					return string.format("%s.%0" .. d .. "d%s", whole, scaled / u[1], u[2])
+				end
+			end
+		end
+	end
+	if not le_digits(tostring(MIB), bytes) then return bytes .. "B" end
+	local whole, rest = divmod(bytes, GIB)
+	-- ceil(rest * 10^9 / 2^30) = ceil(rest * 5^9 / 2^21): rest * 5^9 < 2^51.
+	local frac = math.ceil(rest * 1953125 / 2097152)
+	if frac == 1000000000 then whole, frac = string.format("%.0f", tonumber(whole) + 1), 0 end
+	if frac == 0 then return whole .. "GiB" end
+	return whole .. "." .. string.format("%09d", frac):gsub("0+$", "") .. "GiB"
+end
+
 local function check_policy(p, pool, gpus, vram, account, partition)
 	if p == nil then return nil end
 	if p.pools and not p.pools[pool] then
@@ -309,7 +351,7 @@ local function check_policy(p, pool, gpus, vram, account, partition)
 			gpus, pl.max_gpus_per_user, esc(pool))
 	end
 	if vram and p.max_vram and not le_digits(vram, p.max_vram) then
-		return "vram", string.format("a VRAM slice of %s bytes asked for, at most %s allowed", vram, p.max_vram)
+		return "vram", string.format("a VRAM slice of %s asked for, at most %s allowed", readable(vram), readable(p.max_vram))
 	end
 	return nil
 end
@@ -339,7 +381,7 @@ local function site_policy()
 end
 
 -- For the tests.
-M.parse_request, M.parse_policy, M.check_policy, M.esc = parse_request, parse_policy, check_policy, esc
+M.parse_request, M.parse_policy, M.check_policy, M.esc, M.readable = parse_request, parse_policy, check_policy, esc, readable
 M.forget_policy = function() cache.at = nil end
 
 -- The partition a job without --partition gets: the one part_list (the

@@ -48,7 +48,7 @@ func CheckGrant(s *Session, req SessionRequest) string {
 	if n := len(GrantedGPUs(s, req)); n < req.GPUs {
 		what := "GPU(s)"
 		if req.VRAMPerGPU > 0 {
-			what = fmt.Sprintf("GPU(s) with at least %d bytes of VRAM", req.VRAMPerGPU)
+			what = fmt.Sprintf("GPU(s) with at least %s of VRAM", vram.Readable(req.VRAMPerGPU))
 		}
 		return fmt.Sprintf("session %s gives %d %s for %d asked (GPUs %s)", s.ID, n, what, req.GPUs, describeGPUs(s.GPUs))
 	}
@@ -113,14 +113,14 @@ func CanEverFit(agents []Agent, req SessionRequest) string {
 	}
 	each := "whole GPU"
 	if req.VRAMPerGPU > 0 {
-		each = vram.Format(req.VRAMPerGPU)
+		each = vram.Readable(req.VRAMPerGPU)
 	}
 	extra := ""
 	if len(req.MatchLabels) > 0 || len(req.Tolerates) > 0 {
 		extra = fmt.Sprintf(" with labels %v and tolerations %v", req.MatchLabels, req.Tolerates)
 	}
 	return fmt.Sprintf("no active agent%s can ever fit %d GPU(s) x %s (largest matching agent: %d GPUs, largest GPU: %s)",
-		extra, req.GPUs, each, maxGPUs, vram.Format(maxVRAM))
+		extra, req.GPUs, each, maxGPUs, vram.Readable(maxVRAM))
 }
 
 func labelsMatch(a Agent, req SessionRequest) bool {

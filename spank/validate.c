@@ -67,12 +67,62 @@ void juice_quote(const char *s, char *out, size_t outlen)
 
 void juice_format_size(uint64_t bytes, char *out, size_t outlen)
 {
-	if (bytes != 0 && bytes % (1ULL << 30) == 0)
-		snprintf(out, outlen, "%lluGiB", (unsigned long long)(bytes >> 30));
-	else if (bytes != 0 && bytes % (1ULL << 20) == 0)
-		snprintf(out, outlen, "%lluMiB", (unsigned long long)(bytes >> 20));
-	else
-		snprintf(out, outlen, "%llu bytes", (unsigned long long)bytes);
+	static const struct {
+		uint64_t size;
+		const char *name;
+	} units[] = { { 1ULL << 30, "GiB" }, { 1ULL << 20, "MiB" },
+		      { 1000000000ULL, "GB" }, { 1000000ULL, "MB" } };
+	uint64_t whole, rest, frac;
+	size_t i;
+	int d;
+
+	/* The exact size in the first unit that shows it with at most 3
+	 * decimals (rest < 2^30 and 10^3: no overflow). */
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		uint64_t p10 = 1;
+
+		if (bytes < units[i].size)
+			continue;
+		whole = bytes / units[i].size;
+		rest = bytes % units[i].size;
+		if (rest == 0) {
+			snprintf(out, outlen, "%llu%s", (unsigned long long)whole,
+				 units[i].name);
+			return;
+		}
+		for (d = 1; d <= 3; d++) {
+			p10 *= 10;
+			if (rest * p10 % units[i].size == 0) {
+				snprintf(out, outlen, "%llu.%0*llu%s",
+					 (unsigned long long)whole, d,
+					 (unsigned long long)(rest * p10 /
+							      units[i].size),
+					 units[i].name);
+				return;
+			}
+		}
+	}
+	if (bytes < (1ULL << 20)) {
+		snprintf(out, outlen, "%lluB", (unsigned long long)bytes);
+		return;
+	}
+	/* GiB rounded up to 9 decimals: gives back the bare GiB a user typed
+	 * (rest < 2^30 and 10^9 < 2^30: no overflow). */
+	whole = bytes >> 30;
+	rest = bytes & ((1ULL << 30) - 1);
+	frac = (rest * 1000000000ULL + (1ULL << 30) - 1) >> 30;
+	if (frac == 1000000000ULL) {
+		whole++;
+		frac = 0;
+	}
+	if (frac == 0) {
+		snprintf(out, outlen, "%lluGiB", (unsigned long long)whole);
+		return;
+	}
+	for (d = 9; frac % 10 == 0; d--)
+		frac /= 10;
+	snprintf(out, outlen, "%llu.%0*lluGiB", (unsigned long long)whole, d,
+		 (unsigned long long)frac);
 }
 
 /* Case-insensitive whole-string compare for the unit (ASCII only). */

@@ -114,7 +114,12 @@ int juice_request_matches(const struct juice_request *req, const char *pool,
  */
 void juice_quote(const char *s, char *out, size_t outlen);
 
-/* "80GiB", "1536MiB" or "123 bytes": for messages about a maximum. */
+/*
+ * A size for a message a user reads, as internal/vram.Readable prints it
+ * (test/vectors/sizes.tsv): "80GiB", "1536MiB", "1.5GB", "123B" under 1MiB,
+ * else GiB rounded up to 9 decimals ("80.000000001GiB"), which gives back a
+ * bare --juice-vram as typed.  out holds at least 32 bytes.
+ */
 void juice_format_size(uint64_t bytes, char *out, size_t outlen);
 
 #endif

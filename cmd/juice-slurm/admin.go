@@ -61,7 +61,8 @@ func openStoreAfter(ctx context.Context, fs *flag.FlagSet, o *storeOpts, args []
 		}
 	}
 	if *dbURL == "" || *cluster == "" {
-		return nil, "", nil, usageError{fmt.Errorf("%s: --database-url and --cluster are required (in %s, or JUICE_DATABASE_URL and JUICE_CLUSTER)", fs.Name(), DefaultConfig)}
+		return nil, "", nil, usageError{fmt.Errorf("%s: --database-url and --cluster are required (settings file: %s; or JUICE_DATABASE_URL and JUICE_CLUSTER)",
+			strings.Fields(fs.Name())[1], configOf(fs))}
 	}
 	pool, err := pgxpool.New(ctx, *dbURL)
 	if err != nil {
@@ -256,26 +257,61 @@ func statusJSON(cluster, holder string, until time.Time, counts []store.Count, o
 	return out
 }
 
-func runJobCommand(ctx context.Context, out io.Writer, cmd, jobArg string, args []string) error {
-	job, err := strconv.ParseUint(jobArg, 10, 32)
-	if err != nil {
-		return usageError{fmt.Errorf("%s job %q: not a job id", cmd, jobArg)}
+// parseJobArg reads describe's and release's job: a job id N, or an array's element ARRAY_TASK as squeue shows
+// it (40_7); task is -1 for a job id.
+func parseJobArg(s string) (job uint32, task int64, err error) {
+	id, t, isElement := strings.Cut(s, "_")
+	task = -1
+	n, err := strconv.ParseUint(id, 10, 32)
+	if err == nil && isElement {
+		var tn uint64
+		tn, err = strconv.ParseUint(t, 10, 32)
+		task = int64(tn)
 	}
-	fs := flag.NewFlagSet("juice-slurm "+cmd+" job", flag.ContinueOnError)
+	if err != nil || n == 0 {
+		return 0, 0, fmt.Errorf("%q: not a job id (N, or ARRAY_TASK such as 40_7 for an array's element)", s)
+	}
+	return uint32(n), task, nil
+}
+
+func runJobCommand(ctx context.Context, out io.Writer, cmd, jobArg string, args []string) error {
+	fs := flag.NewFlagSet("juice-slurm "+cmd+" job N|ARRAY_TASK", flag.ContinueOnError)
 	o := jobFlags(fs)
+	if jobArg == "" {
+		// Only the help was asked for (main).
+		return parseFlags(fs, args)
+	}
+	job, task, err := parseJobArg(jobArg)
+	if err != nil {
+		return usageError{fmt.Errorf("%s job %w", cmd, err)}
+	}
 	st, cluster, closeFn, err := openStore(ctx, fs, o, args)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	rs, err := st.ForJob(ctx, uint32(job))
-	if err != nil {
+	var rs []reconcile.Reservation
+	if task >= 0 {
+		// One element of an array: its runs, those bound to a job id of their own and those reserved ahead.
+		elems, err := st.ForArray(ctx, job)
+		if err != nil {
+			return err
+		}
+		for _, r := range elems {
+			if int64(r.Run.ArrayTaskID) == task {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) == 0 {
+			return notFoundError{fmt.Errorf("array element %s of cluster %s has no Juice reservation", jobArg, cluster)}
+		}
+	} else if rs, err = st.ForJob(ctx, job); err != nil {
 		return err
 	}
-	if cmd == "describe" {
+	if cmd == "describe" && task < 0 {
 		// An array's job id also describes its elements, those started as jobs of their own and those reserved
 		// ahead that have no job id yet.
-		elems, err := st.ForArray(ctx, uint32(job))
+		elems, err := st.ForArray(ctx, job)
 		if err != nil {
 			return err
 		}
@@ -294,10 +330,15 @@ func runJobCommand(ctx context.Context, out io.Writer, cmd, jobArg string, args 
 	}
 	if cmd == "release" {
 		type releasedOut struct {
-			Job      uint32 `json:"job"`
-			Released []int  `json:"released_runs"`
+			Job uint32 `json:"job"`
+			// ArrayTaskID is the element of array job Job, for `release job ARRAY_TASK`.
+			ArrayTaskID *int64 `json:"array_task_id,omitempty"`
+			Released    []int  `json:"released_runs"`
 		}
-		rel := releasedOut{Job: uint32(job), Released: []int{}}
+		rel := releasedOut{Job: job, Released: []int{}}
+		if task >= 0 {
+			rel.ArrayTaskID = &task
+		}
 		released := 0
 		for i := range rs {
 			if rs[i].Status.State.Final() {
@@ -310,14 +351,14 @@ func runJobCommand(ctx context.Context, out io.Writer, cmd, jobArg string, args 
 			released++
 			rel.Released = append(rel.Released, rs[i].Run.Run)
 			if !*o.json {
-				fmt.Fprintf(out, "job %d run %d: %s; the controller cancels its session\n", job, rs[i].Run.Run, rs[i].Status.State)
+				fmt.Fprintf(out, "job %s run %d: %s; the controller cancels its session\n", jobArg, rs[i].Run.Run, rs[i].Status.State)
 			}
 		}
 		if *o.json {
 			return writeJSON(out, rel)
 		}
 		if released == 0 {
-			fmt.Fprintf(out, "job %d: nothing to release (every reservation is final)\n", job)
+			fmt.Fprintf(out, "job %s: nothing to release (every reservation is final)\n", jobArg)
 		}
 		return nil
 	}

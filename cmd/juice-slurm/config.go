@@ -43,7 +43,8 @@ var settingCommands = map[string]func(*flag.FlagSet){
 // commandLineOnly are flags about one invocation's output: neither the file nor the environment sets them, so a
 // script that runs `status --json` gets JSON and one that runs `status` gets the table, whatever the host says.
 var commandLineOnly = map[string]bool{"json": true, "all": true, "check": true, "config": true, "events": true, "from": true,
-	"since": true, "until": true, "by": true, "format": true, "force": true}
+	"since": true, "until": true, "by": true, "format": true, "force": true,
+	"u": true, "user": true, "p": true, "partition": true, "t": true, "states": true, "noheader": true}
 
 // knownSettings is every name the configuration file may hold.
 func knownSettings() map[string]bool {
@@ -71,6 +72,27 @@ func parseFlagsFrom(fs *flag.FlagSet, args []string) (Origins, error) {
 	return settingsParser(defaultConfig).Parse(fs, args)
 }
 
+// userCommands are the commands an ordinary user runs, which parse their flags with parseUserFlags.
+var userCommands = map[string]bool{"jobs": true, "version": true}
+
+// parseUserFlags is parseFlags for the commands an ordinary user runs (jobs, version): the settings file is
+// root:slurm 0640, and one the caller may not read is passed over (the environment and the defaults say the
+// rest) instead of failing the command.
+func parseUserFlags(fs *flag.FlagSet, args []string) (Origins, error) {
+	p := settingsParser(defaultConfig)
+	p.PassUnreadable = true
+	return p.Parse(fs, args)
+}
+
+// configOf names the settings file a parsed command read (or looked for), for messages: the one --config or
+// JUICE_CONFIG named, else the default.
+func configOf(fs *flag.FlagSet) string {
+	if f := fs.Lookup("config"); f != nil && f.Value.String() != "" {
+		return f.Value.String()
+	}
+	return "none (--config=)"
+}
+
 // settingsParser reads the settings of every command but the hook (internal/hook reads its own the same way):
 // the file may hold any name of settings.Names, which TestSettingNamesAreTheCommandsFlags keeps equal to
 // knownSettings.
@@ -96,7 +118,11 @@ func runSettings(out io.Writer, args []string) error {
 	}
 	fs := flag.NewFlagSet("juice-slurm settings "+cmd, flag.ContinueOnError)
 	register(fs)
-	origins, err := parseFlagsFrom(fs, args)
+	parse := parseFlagsFrom
+	if userCommands[cmd] {
+		parse = parseUserFlags // what a user's `jobs` runs with, from what the user may read
+	}
+	origins, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -134,7 +160,7 @@ func logFlags(fs *flag.FlagSet) func() (logr.Logger, zap.AtomicLevel, error) {
 			cfg = zap.NewDevelopmentConfig()
 			cfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
 		default:
-			return logr.Logger{}, zap.AtomicLevel{}, fmt.Errorf("--log-format %q: want json or console", *format)
+			return logr.Logger{}, zap.AtomicLevel{}, usageError{fmt.Errorf("--log-format %q: want json or console", *format)}
 		}
 		l, err := parseLevel(*level)
 		if err != nil {
@@ -164,5 +190,5 @@ func parseLevel(s string) (zapcore.Level, error) {
 	case "trace", "2":
 		return zapcore.Level(-2), nil
 	}
-	return 0, fmt.Errorf("--log-level %q: want error, info, debug or trace", s)
+	return 0, usageError{fmt.Errorf("--log-level %q: want error, info, debug or trace", s)}
 }

@@ -262,3 +262,32 @@ func TestManPageNamesEveryCommand(t *testing.T) {
 		require.Contains(t, string(page), ".B juice-slurm "+f[1], "the man page's SYNOPSIS lacks %q", f[1])
 	}
 }
+
+// Finding 2 of issue 26: the shipped file showed slurm-token-file and juice-token-file as if their paths were
+// built-in defaults, while both are empty. A value shown for a setting without a default must be marked, in
+// the comment just above it, as an example or as required.
+func TestShippedConfigMarksExamples(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/juice-slurm.conf")
+	require.NoError(t, err)
+	hasDefault := map[string]bool{}
+	for cmd, register := range settingCommands {
+		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+		register(fs)
+		fs.VisitAll(func(f *flag.Flag) { hasDefault[f.Name] = hasDefault[f.Name] || f.DefValue != "" })
+	}
+	known := knownSettings()
+	block := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "# ") {
+			block += " " + strings.ToLower(l)
+			continue
+		}
+		k, v, ok := strings.Cut(strings.TrimPrefix(l, "#"), "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if ok && strings.HasPrefix(l, "#") && known[k] && !hasDefault[k] && v != "" {
+			require.True(t, strings.Contains(block, "example") || strings.Contains(block, "required"),
+				"deploy/juice-slurm.conf shows %s = %s as if it were the default, but %s has none: say it is an example or required", k, v, k)
+		}
+		block = ""
+	}
+}

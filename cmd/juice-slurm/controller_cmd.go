@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,7 +49,7 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		dbURL:         fs.String("database-url", "", "PostgreSQL URL, e.g. postgres://juice@127.0.0.1:5432/juice (required)"),
 		restURL:       fs.String("slurmrestd-url", "http://127.0.0.1:6820", "slurmrestd: http://host:port or unix:///path"),
 		restUser:      fs.String("slurm-user", "slurm", "user name of the slurmrestd token (an operator, e.g. SlurmUser)"),
-		restToken:     fs.String("slurm-token-file", "", "file holding the slurmrestd JWT, re-read when it changes"),
+		restToken:     fs.String("slurm-token-file", "", "file holding the slurmrestd JWT, mode 0600, re-read when it changes (required, but for a unix:// slurmrestd-url: rest_auth/local)"),
 		restVersion:   fs.String("slurmrest-version", "", "force a slurmrestd API version, e.g. v0.0.38 (default: the newest offered)"),
 		juiceURL:      fs.String("juice-url", "http://127.0.0.1:7070", "the Juice Controller (or juice-sim)"),
 		juiceToken:    fs.String("juice-token-file", "", "file holding the Juice M2M token, mode 0600 (required)"),
@@ -111,8 +112,12 @@ func runController(ctx context.Context, args []string) error {
 	}
 	for name, v := range map[string]string{"cluster": *o.cluster, "database-url": *o.dbURL, "juice-token-file": *o.juiceToken} {
 		if v == "" {
-			return usageError{fmt.Errorf("controller: --%s is required", name)}
+			return usageError{fmt.Errorf("controller: %s is required (a flag, JUICE_%s or a line in the settings file)",
+				name, strings.ToUpper(strings.ReplaceAll(name, "-", "_")))}
 		}
+	}
+	if err := checkSlurmToken(*o.restURL, *o.restToken); err != nil {
+		return err
 	}
 	// Both are read again whenever their files change; a bad one is refused now, at start-up.
 	key := session.KeyFile(*o.keyFile)
@@ -176,11 +181,9 @@ func runController(ctx context.Context, args []string) error {
 	}); err != nil {
 		return err
 	}
-	var tokens slurmrest.TokenSource
-	if *o.restToken != "" {
-		tokens = slurmrest.FileToken(*o.restToken)
-	} else {
-		tokens = slurmrest.EnvToken("JUICE_SLURM_TOKEN")
+	tokens := slurmTokens(*o.restToken)
+	if tokens == nil {
+		log.Info("no slurm-token-file: slurmrestd's unix socket authenticates this process's user (rest_auth/local)", "slurmrestd", *o.restURL)
 	}
 	slurm, err := slurmrest.New(slurmrest.Config{BaseURL: *o.restURL, UserName: *o.restUser, TokenSource: tokens,
 		Version: *o.restVersion, Logger: log.WithName("slurmrest")})
@@ -198,7 +201,7 @@ func runController(ctx context.Context, args []string) error {
 	cancel()
 	pools, err := juiceapi.ParsePools(*o.juicePools)
 	if err != nil {
-		return fmt.Errorf("--juice-pools: %w", err)
+		return usageError{fmt.Errorf("--juice-pools: %w", err)}
 	}
 	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: *o.juiceURL, TokenFile: *o.juiceToken, Log: log.WithName("juice"),
 		Pools: pools, IdempotentRequests: *o.juiceIdem})
@@ -218,25 +221,57 @@ func runController(ctx context.Context, args []string) error {
 		Ender: &controller.SlurmEnder{Rest: slurm, Scontrol: *o.scontrol},
 	}
 	c.Metrics.SetVersion(Version)
-	c.Metrics.WatchTokenExpiry("slurmrestd", func() (string, error) {
-		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		return tokens.Token(tctx)
-	})
+	if tokens != nil {
+		c.Metrics.WatchTokenExpiry("slurmrestd", func() (string, error) {
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return tokens.Token(tctx)
+		})
+	}
 	juiceTok := secretfile.New(*o.juiceToken, nil)
 	c.Metrics.WatchTokenExpiry("juice", juiceTok.Value)
 	// Say at start-up when the slurmrestd token runs out: one that is not renewed stops every poll then.
-	if tok, err := tokens.Token(ctx); err == nil {
-		if warn, msg, kv := tokenExpiryNote(tok, time.Now()); warn {
-			log.Info("WARNING: "+msg, kv...)
-		} else if msg != "" {
-			log.Info(msg, kv...)
+	if tokens != nil {
+		if tok, err := tokens.Token(ctx); err == nil {
+			if warn, msg, kv := tokenExpiryNote(tok, time.Now()); warn {
+				log.Info("WARNING: "+msg, kv...)
+			} else if msg != "" {
+				log.Info(msg, kv...)
+			}
 		}
 	}
 	was := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) { was[f.Name] = f.Value.String() })
 	go retuneOnHangup(ctx, hup, c, args, was, level, log)
 	return c.Run(ctx)
+}
+
+// slurmTokens is where the slurmrestd token comes from: the slurm-token-file, the one source; none over a unix
+// socket without one (slurmrestd's rest_auth/local names the caller from the socket). checkSlurmToken has
+// refused every other setting without a file.
+func slurmTokens(tokenFile string) slurmrest.TokenSource {
+	if tokenFile == "" {
+		return nil
+	}
+	return slurmrest.FileToken(tokenFile)
+}
+
+// checkSlurmToken refuses, at start, a controller whose every poll would fail for want of a slurmrestd token:
+// slurmrestd over TCP takes a JWT, and only slurm-token-file gives one. The file must be readable now (it is
+// read again whenever it changes, so renewing it needs no restart).
+func checkSlurmToken(restURL, tokenFile string) error {
+	if tokenFile == "" {
+		if strings.HasPrefix(restURL, "unix://") {
+			return nil
+		}
+		return usageError{fmt.Errorf("controller: slurm-token-file is required: slurmrestd at %s takes a JWT "+
+			"(scontrol token username=slurm; deploy/juice-slurm-token-renew keeps the file fresh), unless slurmrestd-url "+
+			"is a unix:// socket, where rest_auth/local needs none", restURL)}
+	}
+	if _, err := slurmrest.FileToken(tokenFile).Token(context.Background()); err != nil {
+		return fmt.Errorf("controller: slurm-token-file: %w (deploy/juice-slurm-token-renew writes it)", err)
+	}
+	return nil
 }
 
 // tokenExpiryNote says when a slurmrestd token expires: warn for one that has expired or expires within the hour

@@ -42,6 +42,7 @@ func TestSighupRetunesAndNeverStops(t *testing.T) {
 	// No metrics listener: its default port (the hook API's + 1000) is not reserved by the test, and another
 	// process may hold it, which stopped the controller at start on a loaded machine.
 	base := "cluster = hup\ndatabase-url = " + dbURL + "\njuice-token-file = " + write("juice.token", "m2m_test\n") +
+		"\nslurm-token-file = " + write("slurm.token", "a.b.c\n") +
 		"\ncluster-key = " + write("cluster.key", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n") +
 		"\nhook-secret = " + write("hook.secret", "a-hook-secret-of-some-length\n") +
 		"\nhook-listen = " + addr + "\nmetrics-listen = none\nhook-cert =\nslurmrestd-url = http://127.0.0.1:1\njuice-url = http://127.0.0.1:1\n"
@@ -143,11 +144,36 @@ func TestControllerRefusesABadPreviousKey(t *testing.T) {
 	token := filepath.Join(dir, "juice.token")
 	require.NoError(t, os.WriteFile(token, []byte("m2m_test\n"), 0o600))
 	args := []string{"controller", "--config=", "--cluster", "c", "--database-url", "postgres://nobody@127.0.0.1:1/x",
-		"--juice-token-file", token, "--cluster-key", key}
+		"--juice-token-file", token, "--slurm-token-file", token, "--cluster-key", key}
 	for content, mode := range map[string]os.FileMode{strings.Repeat("cd", 32): 0o640, "not a key": 0o600} {
 		require.NoError(t, os.WriteFile(key+".previous", []byte(content), mode))
 		require.NoError(t, os.Chmod(key+".previous", mode))
 		err := run(context.Background(), args)
 		require.ErrorContains(t, err, "previous cluster key", "mode %04o", mode)
 	}
+}
+
+// Finding 2 of issue 26: without slurm-token-file the controller took its slurmrestd token from an undocumented
+// environment variable, and when that was empty every poll failed. Now slurm-token-file is the one source, and
+// a controller without it (or with one it cannot read) does not start, saying which setting to give; only
+// slurmrestd over a unix socket (rest_auth/local) needs no token.
+func TestControllerRefusesWithoutASlurmToken(t *testing.T) {
+	dir := t.TempDir()
+	token := filepath.Join(dir, "juice.token")
+	require.NoError(t, os.WriteFile(token, []byte("m2m_test\n"), 0o600))
+	args := []string{"controller", "--config=", "--cluster", "c", "--database-url", "postgres://nobody@127.0.0.1:1/x",
+		"--juice-token-file", token, "--cluster-key", filepath.Join(dir, "no.key")}
+	t.Setenv("JUICE_SLURM_TOKEN", "a.b.c")
+	err := run(context.Background(), args)
+	require.ErrorContains(t, err, "slurm-token-file is required")
+	require.Equal(t, exitUsage, exitStatusOf(err))
+
+	err = run(context.Background(), append(args, "--slurm-token-file", filepath.Join(dir, "missing.token")))
+	require.ErrorContains(t, err, "slurm-token-file")
+	require.ErrorContains(t, err, "missing.token")
+
+	// Over a unix socket no token is needed: start-up goes on to the next check (the cluster key, absent here).
+	err = run(context.Background(), append(args, "--slurmrestd-url", "unix:///run/slurmrestd.sock"))
+	require.ErrorContains(t, err, "no.key")
+	require.NotContains(t, err.Error(), "slurm-token-file")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+	"github.com/juice-slurm/juice-slurm/internal/settings"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
@@ -27,7 +28,7 @@ import (
 // sealed under the key it would drop.
 type keyOpts struct {
 	keyFile, from, dbURL, cluster *string
-	force                         *bool
+	force, json                   *bool
 }
 
 func keyFlags(fs *flag.FlagSet) *keyOpts {
@@ -37,6 +38,7 @@ func keyFlags(fs *flag.FlagSet) *keyOpts {
 		dbURL:   fs.String("database-url", "", "retire: the database, to refuse while a ready reservation holds a session sealed under the previous key (empty: not checked; compute nodes)"),
 		cluster: fs.String("cluster", "", "retire: Slurm's ClusterName (with database-url)"),
 		force:   fs.Bool("force", false, "retire even though ready reservations hold sessions sealed under the previous key (their jobs' next steps fail)"),
+		json:    fs.Bool("json", false, "show: print JSON instead of text"),
 	}
 }
 
@@ -58,6 +60,15 @@ func runKey(ctx context.Context, out io.Writer, args []string) error {
 		return usageError{errors.New(keyUsage)}
 	}
 	sub := args[0]
+	if isHelp(sub) {
+		// `key --help`: the usage and the flags every key command takes.
+		fs := flag.NewFlagSet("juice-slurm key", flag.ContinueOnError)
+		keyFlags(fs)
+		fs.String("config", settings.DefaultFile, "the configuration file")
+		fmt.Fprintln(fs.Output(), keyUsage)
+		fs.PrintDefaults()
+		return flag.ErrHelp
+	}
 	fs := flag.NewFlagSet("juice-slurm key "+sub, flag.ContinueOnError)
 	o := keyFlags(fs)
 	keyFile, from := o.keyFile, o.from
@@ -73,6 +84,9 @@ func runKey(ctx context.Context, out io.Writer, args []string) error {
 	if *from != "" && sub != "rotate" {
 		return usageError{fmt.Errorf("key %s: --from is for rotate only", sub)}
 	}
+	if *o.json && sub != "show" {
+		return usageError{fmt.Errorf("key %s: --json is for show only", sub)}
+	}
 	k := session.KeyFile(*keyFile)
 	prevPath := *keyFile + session.PreviousSuffix
 	switch sub {
@@ -84,6 +98,20 @@ func runKey(ctx context.Context, out io.Writer, args []string) error {
 		prev, err := k.Previous()
 		if err != nil {
 			return err
+		}
+		if *o.json {
+			type keyOut struct {
+				ID   string `json:"id"`
+				File string `json:"file"`
+			}
+			v := struct {
+				Current  keyOut  `json:"current"`
+				Previous *keyOut `json:"previous"`
+			}{Current: keyOut{session.KeyID(cur), *keyFile}}
+			if prev != nil {
+				v.Previous = &keyOut{session.KeyID(prev), prevPath}
+			}
+			return writeJSON(out, v)
 		}
 		fmt.Fprintf(out, "current   %s  %s\n", session.KeyID(cur), *keyFile)
 		if prev != nil {

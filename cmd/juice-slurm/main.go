@@ -4,7 +4,7 @@
 //	juice-slurm migrate             apply the database schema as the owner role; grant the runtime role
 //	juice-slurm hook prolog|epilog  called by hooks/juice-prolog.sh and hooks/juice-epilog.sh from slurmctld
 //	juice-slurm status              runs by state and pool, and who leads
-//	juice-slurm describe job N      every transition of each run of job N, with its reason
+//	juice-slurm describe job N      every transition of each run of job N (or array element N_T), with its reason
 //	juice-slurm release job N       release job N's sessions now
 //	juice-slurm key show|rotate|retire  the cluster key's rotation (current and previous key)
 //	juice-slurm settings [COMMAND]  the settings a command runs with, and where each came from
@@ -35,14 +35,15 @@ Usage:
   juice-slurm migrate [flags]             apply the database schema (as the owner role)
   juice-slurm hook prolog|epilog [flags]  called by the slurmctld prolog/epilog scripts
   juice-slurm status [flags]              runs by state and pool
-  juice-slurm describe job N [flags]      the history of job N's reservations
-  juice-slurm release job N [flags]       release job N's sessions now
+  juice-slurm describe job N [flags]      the history of job N's reservations (N, or ARRAY_TASK such as 40_7)
+  juice-slurm release job N [flags]       release job N's sessions now (N, or ARRAY_TASK)
   juice-slurm report --since WHEN --by user|account|pool [--format table|csv|json]
                                           GPU-hours and VRAM-GiB-hours from the database ('report --help')
-  juice-slurm jobs [--events] [flags]     your own Juice jobs' runs and history (for users: MUNGE, no database)
-  juice-slurm key show|rotate|retire      the cluster key: its ids; a new one, keeping the old as previous; drop the previous
+  juice-slurm jobs [--events] [flags]     your own Juice jobs' runs and history (for users: MUNGE, no database;
+                                          --json, and as squeue -u USER -p PARTITION -t STATE --noheader)
+  juice-slurm key show|rotate|retire      the cluster key: its ids (show --json); a new one, keeping the old as previous; drop the previous
   juice-slurm settings [COMMAND] [flags]  the settings COMMAND (default controller) runs with, and their source
-  juice-slurm version [flags]             the binary's version and schema (and the database's)
+  juice-slurm version [flags]             the binary's version and schema (and the database's; --json)
 
 Settings: every flag can also be given as an environment variable JUICE_<FLAG> (upper case, '-' as '_') or as
 a 'flag = value' line in the configuration file, ` + DefaultConfig + ` (another with --config or
@@ -102,6 +103,19 @@ func exitStatusOf(err error) int {
 	return exitFailed
 }
 
+// isHelp says whether arg asks for a command's help, as the flag package reads it.
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" || arg == "--h" }
+
+// helpAt is the index of the first help argument in args, or -1.
+func helpAt(args []string) int {
+	for i, a := range args {
+		if isHelp(a) {
+			return i
+		}
+	}
+	return -1
+}
+
 // exitCode ends the program with a code and no further message (the command printed its own).
 type exitCode int
 
@@ -129,8 +143,12 @@ func run(ctx context.Context, args []string) error {
 	case "report":
 		return runReport(ctx, os.Stdout, rest)
 	case "describe", "release":
+		if i := helpAt(rest); i >= 0 && (i < 2 || rest[0] != "job") {
+			// `describe --help`, `describe job --help`: the flags, before any job id.
+			return runJobCommand(ctx, os.Stdout, cmd, "", rest[i:i+1])
+		}
 		if len(rest) < 2 || rest[0] != "job" {
-			return usageError{fmt.Errorf("usage: juice-slurm %s job N [flags]", cmd)}
+			return usageError{fmt.Errorf("usage: juice-slurm %s job N|ARRAY_TASK [flags]", cmd)}
 		}
 		return runJobCommand(ctx, os.Stdout, cmd, rest[1], rest[2:])
 	case "key":

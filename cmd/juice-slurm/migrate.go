@@ -29,7 +29,7 @@ func runMigrate(ctx context.Context, args []string) error {
 		return err
 	}
 	if *dbURL == "" {
-		return fmt.Errorf("migrate: --database-url is required (the owner role's; or JUICE_DATABASE_URL)")
+		return usageError{fmt.Errorf("migrate: --database-url is required (the owner role's; or JUICE_DATABASE_URL)")}
 	}
 	pool, err := pgxpool.New(ctx, *dbURL)
 	if err != nil {

@@ -31,7 +31,7 @@ func TestMigrateAndTheControllersSchemaCheck(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		return run(ctx, []string{"controller", "--config=", "--cluster", "c", "--database-url", runtime, "--juice-token-file",
-			filepath.Join(dir, "token"), "--cluster-key", filepath.Join(dir, "key"), "--hook-secret", filepath.Join(dir, "secret"),
+			filepath.Join(dir, "token"), "--slurm-token-file", filepath.Join(dir, "token"), "--cluster-key", filepath.Join(dir, "key"), "--hook-secret", filepath.Join(dir, "secret"),
 			"--hook-listen", "127.0.0.1:0", "--hook-cert=", "--policy", filepath.Join(dir, "no-policy"), "--slurmrestd-url", "http://127.0.0.1:1",
 			"--juice-url", "http://127.0.0.1:1"})
 	}

@@ -134,6 +134,9 @@ func runReport(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("juice-slurm report", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), reportHelp, "\nFlags:\n"); fs.PrintDefaults() }
 	o := reportFlags(fs)
+	// The period is checked with the other arguments, before the database is dialled.
+	now := time.Now()
+	since, until := time.Time{}, now
 	st, cluster, closeFn, err := openStoreAfter(ctx, fs, o.storeOpts, args, func() error {
 		if *o.since == "" || *o.by == "" {
 			return fmt.Errorf("report: --since and --by are required")
@@ -147,26 +150,24 @@ func runReport(ctx context.Context, out io.Writer, args []string) error {
 		if *o.format != "table" && *o.format != "csv" && *o.format != "json" {
 			return fmt.Errorf("report: --format %q: want table, csv or json", *o.format)
 		}
+		var err error
+		if since, err = parseWhen(*o.since, now); err != nil {
+			return fmt.Errorf("report: --since %w", err)
+		}
+		if *o.until != "" {
+			if until, err = parseWhen(*o.until, now); err != nil {
+				return fmt.Errorf("report: --until %w", err)
+			}
+		}
+		if !since.Before(until) {
+			return fmt.Errorf("report: --since %s is not before --until %s", since.Format(time.RFC3339), until.Format(time.RFC3339))
+		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	now := time.Now()
-	since, err := parseWhen(*o.since, now)
-	if err != nil {
-		return usageError{fmt.Errorf("report: --since %w", err)}
-	}
-	until := now
-	if *o.until != "" {
-		if until, err = parseWhen(*o.until, now); err != nil {
-			return usageError{fmt.Errorf("report: --until %w", err)}
-		}
-	}
-	if !since.Before(until) {
-		return usageError{fmt.Errorf("report: --since %s is not before --until %s", since.Format(time.RFC3339), until.Format(time.RFC3339))}
-	}
 	limits, err := policy.LoadOptional(*o.policyFile)
 	if err != nil {
 		return err

@@ -83,14 +83,18 @@ type MineReply struct {
 
 // RunView is one run of a user's Juice job, with its history.
 type RunView struct {
-	JobID    uint32      `json:"job_id"`
-	Run      int         `json:"run"`
-	Request  string      `json:"request"`
-	State    string      `json:"state"`
-	Reason   string      `json:"reason"`
-	JobState string      `json:"job_state"`
-	Created  time.Time   `json:"created"`
-	Events   []EventView `json:"events"`
+	JobID uint32 `json:"job_id"`
+	// ArrayJobID and ArrayTaskID name an array's element (job_id is 0 until slurmctld gives it its own id).
+	ArrayJobID  uint32      `json:"array_job_id,omitempty"`
+	ArrayTaskID *uint32     `json:"array_task_id,omitempty"`
+	Run         int         `json:"run"`
+	Partition   string      `json:"partition,omitempty"`
+	Request     string      `json:"request"`
+	State       string      `json:"state"`
+	Reason      string      `json:"reason"`
+	JobState    string      `json:"job_state"`
+	Created     time.Time   `json:"created"`
+	Events      []EventView `json:"events"`
 }
 
 // EventView is one transition of a run's reservation.

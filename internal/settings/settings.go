@@ -37,7 +37,15 @@ type Parser struct {
 	Known func(name string) bool
 	// CommandLineOnly are flags about one invocation's output: neither the file nor the environment sets them.
 	CommandLineOnly map[string]bool
+	// PassUnreadable passes over a default File that the caller may not read (the file is root:slurm 0640, as
+	// it may hold a database password): for the commands an ordinary user runs, whose settings are no secret
+	// and come from the environment or the defaults then. Origins["config"] says the file was passed over. A
+	// file named by --config or JUICE_CONFIG must still be readable.
+	PassUnreadable bool
 }
+
+// Unreadable is how Origins["config"] ends when the default file was passed over (Parser.PassUnreadable).
+const Unreadable = " (not readable by you: passed over)"
 
 // Parse parses args, then fills every flag not given on the command line from the environment (JUICE_<FLAG>)
 // or, failing that, from the configuration file. It adds --config to fs.
@@ -68,6 +76,8 @@ func (p Parser) Parse(fs *flag.FlagSet, args []string) (Origins, error) {
 		switch {
 		case errors.Is(err, os.ErrNotExist) && !named:
 			// The default file is optional: flags and the environment may say it all.
+		case errors.Is(err, os.ErrPermission) && !named && p.PassUnreadable:
+			origins["config"] = "default" + Unreadable
 		case err != nil:
 			return nil, err
 		}

@@ -138,3 +138,26 @@ func exactIn(b, unit uint64, maxDigits int) (string, bool) {
 	}
 	return "", false
 }
+
+// Readable prints a size for a message a user reads: Format's exact form when it has a unit (GiB, MiB, GB, MB)
+// or the size is under 1MiB; else GiB rounded up to 9 decimals, which gives back the GiB a user typed (a bare
+// number is GiB, with at most 9 decimals, rounded down to the byte: rounding up undoes it). Never a bare count
+// of bytes for a size a user typed in GiB (issue 26: "85899345921 bytes asked for"). hooks/juice_submit.lua
+// prints the same (test/vectors/sizes.tsv).
+func Readable(b uint64) string {
+	s := Format(b)
+	if _, err := strconv.ParseUint(strings.TrimSuffix(s, "B"), 10, 64); err != nil || b < MiB {
+		return s // Format found a unit, or the size is too small for GiB to read well
+	}
+	whole, rest := b/GiB, b%GiB
+	// rest < 2^30 and 10^9 < 2^30: the product cannot overflow.
+	frac := (rest*1_000_000_000 + GiB - 1) / GiB
+	if frac == 1_000_000_000 {
+		whole, frac = whole+1, 0
+	}
+	out := strconv.FormatUint(whole, 10)
+	if frac > 0 {
+		out += "." + strings.TrimRight(fmt.Sprintf("%09d", frac), "0")
+	}
+	return out + "GiB"
+}

@@ -127,3 +127,40 @@ func FuzzFormatVRAM(f *testing.F) {
 		}
 	})
 }
+
+// TestReadableVectors: the sizes users read in messages, shared with hooks/juice_submit.lua (issue 26, finding 9:
+// "85899345921 bytes asked for" for a user who typed 80.000000001). A size a user typed as a bare number of GiB
+// reads back as they typed it.
+func TestReadableVectors(t *testing.T) {
+	b, err := os.ReadFile("../../test/vectors/sizes.tsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for i, line := range strings.Split(string(b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		in, want, ok := strings.Cut(line, "\t")
+		n, err := strconv.ParseUint(in, 10, 64)
+		if !ok || err != nil {
+			t.Fatalf("sizes.tsv:%d: bad row %q", i+1, line)
+		}
+		rows++
+		if got := Readable(n); got != want {
+			t.Errorf("sizes.tsv:%d: Readable(%d) = %q, want %q", i+1, n, got, want)
+		}
+	}
+	if rows < 10 {
+		t.Fatalf("sizes.tsv: %d rows", rows)
+	}
+	for _, typed := range []string{"80.000000001", "0.1", "1.5", "79.999999999", "0.000000001", "1234.567891234"} {
+		n, err := Parse(typed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Readable(n); got != typed+"GiB" && n >= MiB {
+			t.Errorf("typed %s (%d bytes), read %s", typed, n, got)
+		}
+	}
+}

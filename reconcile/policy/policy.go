@@ -121,7 +121,7 @@ func (p *Policy) Check(req request.Request, job Job) error {
 	}
 	if p.MaxVRAM > 0 && req.VRAM > p.MaxVRAM {
 		return &Refusal{What: "vram", Reason: fmt.Sprintf("a VRAM slice of %s asked for, at most %s allowed",
-			vram.Format(req.VRAM), vram.Format(p.MaxVRAM))}
+			vram.Readable(req.VRAM), vram.Readable(p.MaxVRAM))}
 	}
 	return nil
 }

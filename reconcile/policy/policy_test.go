@@ -208,3 +208,21 @@ func TestShippedAndWiredPoliciesParse(t *testing.T) {
 		t.Fatal("the wired policy lets account chem use pool lab")
 	}
 }
+
+// Issue 26, finding 9: a refusal states the sizes as the user typed them (a bare number is GiB), never as a
+// count of bytes.
+func TestVRAMRefusalReadsAsTyped(t *testing.T) {
+	p, err := Parse("max_vram = 80GiB\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, err := vram.Parse("80.000000001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Check(request.Request{Pool: "test", GPUs: 1, VRAM: asked}, Job{})
+	want := "refused by the site policy: a VRAM slice of 80.000000001GiB asked for, at most 80GiB allowed"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v, want %q", err, want)
+	}
+}

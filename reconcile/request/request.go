@@ -63,7 +63,7 @@ func (r Request) String() string {
 func (r Request) Describe() string {
 	switch {
 	case r.VRAM > 0:
-		return fmt.Sprintf("a %s slice of 1 GPU from pool %s", vram.Format(r.VRAM), r.Pool)
+		return fmt.Sprintf("a %s slice of 1 GPU from pool %s", vram.Readable(r.VRAM), r.Pool)
 	case r.GPUs == 1:
 		return "1 GPU from pool " + r.Pool
 	}

@@ -233,6 +233,29 @@ if ptsv then ptsv:close() end
 check(prows >= 100, "policy.tsv: rows")
 print(string.format("policy.tsv: %d rows", prows))
 
+-- test/vectors/sizes.tsv: the sizes users read in messages, as internal/vram.Readable prints them.
+local stsv = io.open(vectors .. "/sizes.tsv", "r")
+check(stsv ~= nil, "cannot read " .. vectors .. "/sizes.tsv")
+local srows = 0
+for line in (stsv and stsv:lines() or function() end) do
+	if line ~= "" and line:sub(1, 1) ~= "#" then
+		local bytes, want = line:match("^(%d+)\t(.*)$")
+		srows = srows + 1
+		local got = juice.readable(bytes)
+		check(got == want, string.format("sizes.tsv: %s: got %s, want %s", tostring(bytes), tostring(got), tostring(want)))
+	end
+end
+if stsv then stsv:close() end
+check(srows >= 10, "sizes.tsv: rows")
+print(string.format("sizes.tsv: %d rows", srows))
+
+-- Issue 26, finding 9: the refusal a user reads states sizes as typed (80.000000001), not in bytes.
+do
+	local what, why = juice.check_policy(juice.parse_policy("max_vram = 80GiB\n"), "test", 1, "85899345921", "", "")
+	check(what == "vram" and why == "a VRAM slice of 80.000000001GiB asked for, at most 80GiB allowed",
+		"vram refusal reads as typed: " .. tostring(why))
+end
+
 -- The policy file applies at submission, and is re-read when it changes.
 local function policy_file(text)
 	if text == nil then

@@ -168,6 +168,36 @@ static int apply_limits(char *s, struct juice_limits *lim)
 	return 0;
 }
 
+/* sizes.tsv: the sizes in users' messages, as internal/vram.Readable. */
+static void test_sizes_table(const char *dir)
+{
+	char path[4096], *data, *cur, *line, *f[3], got[64];
+	int lineno = 0, rows = 0;
+
+	snprintf(path, sizeof(path), "%s/sizes.tsv", dir);
+	data = slurp(path, NULL);
+	CHECK(data != NULL, "cannot read %s", path);
+	if (!data)
+		return;
+	cur = data;
+	while ((line = next_line(&cur, &lineno))) {
+		unsigned long long b;
+		int n = split_tabs(line, f, 3);
+
+		rows++;
+		CHECK(n == 2 && sscanf(f[0], "%llu", &b) == 1,
+		      "sizes.tsv:%d: expected 2 columns", lineno);
+		if (n != 2)
+			continue;
+		juice_format_size((uint64_t)b, got, sizeof(got));
+		CHECK(strcmp(got, f[1]) == 0, "sizes.tsv:%d: %s: got %s, want %s",
+		      lineno, f[0], got, f[1]);
+	}
+	CHECK(rows >= 10, "sizes.tsv: %d rows", rows);
+	printf("sizes.tsv: %d rows\n", rows);
+	free(data);
+}
+
 static void test_options_table(const char *dir)
 {
 	char path[4096], *data, *cur, *line, *f[6];
@@ -469,7 +499,7 @@ static void test_session_request(void)
 		{ RV, NULL, NULL, "1536MiB", 1, NULL },
 		{ RV, NULL, NULL, "1610612736B", 1, NULL },
 		{ RV, NULL, NULL, "1.6", 0, "--juice-vram \"1.6\"" },
-		{ RV, NULL, NULL, "x", 0, "slice of 1536MiB" },
+		{ RV, NULL, NULL, "x", 0, "slice of 1.5GiB" },
 		{ RV, NULL, "2", NULL, 0, "for 1 GPU" },
 		{ NULL, NULL, NULL, NULL, 0, "no JUICE_REQUEST" },
 		{ "", NULL, NULL, NULL, 0, "not a Juice request" },
@@ -1108,6 +1138,7 @@ int main(int argc, char **argv)
 	for (i = 1; i + 1 < argc; i += 2) {
 		if (strcmp(argv[i], "--tables") == 0) {
 			test_vram_table(argv[i + 1]);
+			test_sizes_table(argv[i + 1]);
 			test_options_table(argv[i + 1]);
 			test_requests_table(argv[i + 1]);
 		} else if (strcmp(argv[i], "--session") == 0) {
