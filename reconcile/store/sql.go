@@ -138,6 +138,9 @@ var (
 	sqlLiveRun   = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3 AND ` + blocksNew
 	sqlLatestRun = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
 		ORDER BY created_at DESC, id DESC LIMIT 1`
+	// Every reservation of one run, open or final, as sqlTracked reads them: what reconcile.Reservable needs.
+	sqlRunReservations = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason
+		FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3`
 	sqlByJob = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 ORDER BY run, created_at`
 	// An array's elements, bound or not, by task id.
 	sqlByArray = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND array_job_id = $2

@@ -266,21 +266,29 @@ func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]r
 	return created, nil
 }
 
-// EnsureRun is Ensure for one run; it returns the run's reservation afterwards (the new one, or the one that
+// EnsureRun is Ensure for one run (a prolog's registration): it reserves the run when reconcile.Reservable says
+// it may, from the run's reservations, and returns the run's reservation afterwards (the new one, or the one that
 // was there) and whether it was created. An array element's run (with its job id) is first bound to the
-// reservation made ahead for its element, if there is one.
+// reservation made ahead for its element, if there is one, so that its reservations are the run's.
 func (s *Store) EnsureRun(ctx context.Context, nr reconcile.NewReservation) (reconcile.Reservation, bool, error) {
 	if nr.Run.Element() && nr.Run.JobID != 0 {
 		if _, err := s.Bind(ctx, nr.Run); err != nil {
 			return reconcile.Reservation{}, false, err
 		}
 	}
-	created, err := s.Ensure(ctx, []reconcile.NewReservation{nr})
+	// A run without a job id (an element reserved ahead) has no reservations to read here: the guard alone holds.
+	records, err := s.scanTracked(s.pool.Query(ctx, sqlRunReservations, s.cluster, nullable(nr.Run.JobID), nr.Run.Run))
 	if err != nil {
-		return reconcile.Reservation{}, false, err
+		return reconcile.Reservation{}, false, fmt.Errorf("reservations of %s: %w", nr.Run, err)
 	}
-	if len(created) == 1 {
-		return created[0], true, nil
+	if reconcile.Reservable(records) == reconcile.Free {
+		created, err := s.Ensure(ctx, []reconcile.NewReservation{nr})
+		if err != nil {
+			return reconcile.Reservation{}, false, err
+		}
+		if len(created) == 1 {
+			return created[0], true, nil
+		}
 	}
 	if nr.Run.Element() && nr.Run.JobID != 0 {
 		// An element reserved ahead between the bind and the insert (a poller's older listing) blocked it.
