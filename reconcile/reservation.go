@@ -63,12 +63,15 @@ func (r RunID) Binding() session.Binding {
 	return session.Binding{Cluster: r.Cluster, JobID: r.JobID, Run: r.Run}
 }
 
-// Tracked is what the poller compares with Slurm of an open reservation: a few fields instead of the whole row,
-// since it reads every open reservation at each comparison (100,000 of them on a large site).
+// Tracked is what the poller compares with Slurm of a reservation (the open ones, and the final ones of the jobs it
+// sees): a few fields instead of the whole row, since it reads every open reservation at each comparison (100,000
+// of them on a large site).
 type Tracked struct {
 	ID    uuid.UUID
 	Run   RunID
 	State State
+	// RunOver is the spec's: the reservation ended its run (see Reservable).
+	RunOver bool
 	// JobState and JobReason are the spec's: what Slurm last said of the job.
 	JobState, JobReason string
 }

@@ -106,7 +106,8 @@ func TestStoreBindsAnArrayElementToItsJob(t *testing.T) {
 	// Element 2 failed (never bound): done, found by its array's id.
 	r2 := created[2]
 	move(t, s, &r2, reconcile.EventFail, "cannot fit")
-	done, err := s.Done(ctx, []uint32{40})
+	ended, err := s.Ended(ctx, []uint32{40})
 	require.NoError(t, err)
-	require.Equal(t, map[reconcile.RunID]bool{elem(2): true}, done)
+	require.Len(t, ended, 1)
+	require.Equal(t, elem(2), ended[0].Run)
 }

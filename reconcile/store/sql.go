@@ -7,11 +7,13 @@ package store
 // payload "<cluster> <reservation id> <kind>" (see Kind), and for a status change " <state>" after it.
 const NotifyChannel = "juice_reservations"
 
-// blocksNew is the one answer to "may this run be reserved again?": not while one of its reservations is live
-// (not released) or ended the run (run_over). A run released because its job was held may be reserved again
-// once the job is let go; a failed run, or one that is over, never. The partial unique index
-// juice_reservations_live_run (migration 0002) is built on exactly this predicate, so that Ensure's ON CONFLICT
-// enforces it even when two writers race; TestBlocksNewIsTheIndexPredicate checks that they agree.
+// blocksNew is the database's guard of reconcile.Reservable, which decides whether a run may be reserved again:
+// a reservation blocks a new one of its run while it is live (not released) or once it failed or ended the run
+// (run_over). The partial unique indexes juice_reservations_live_run (migration 0002) and
+// juice_reservations_live_element (0005) are built on exactly this predicate, so that Ensure's ON CONFLICT holds
+// the rule even when two writers race (the poller and a prolog); it decides nothing the poller has not decided.
+// TestBlocksNewIsTheIndexPredicate checks that the indexes are built on it, TestBlocksNewIsReservable that it
+// says what Reservable says.
 const blocksNew = `(state <> 'released' OR run_over)`
 
 // steady is a reservation with nothing to do until something changes: ready for a run that still wants it, sealed
@@ -136,6 +138,9 @@ var (
 	sqlLiveRun   = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3 AND ` + blocksNew
 	sqlLatestRun = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
 		ORDER BY created_at DESC, id DESC LIMIT 1`
+	// Every reservation of one run, open or final, as sqlTracked reads them: what reconcile.Reservable needs.
+	sqlRunReservations = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason
+		FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3`
 	sqlByJob = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 ORDER BY run, created_at`
 	// An array's elements, bound or not, by task id.
 	sqlByArray = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND array_job_id = $2
@@ -148,15 +153,16 @@ var (
 	sqlOpenIDs = `SELECT id FROM juice_reservations WHERE cluster = $1 AND state NOT IN ('released', 'failed')
 		AND ($2 OR NOT ` + steady + `) ORDER BY created_at`
 	// The open runs as the poller compares them with Slurm: which run, where it stands, what Slurm said last.
-	sqlTracked = `SELECT id, job_id, run, array_job_id, array_task_id, state, job_state, job_reason
+	sqlTracked = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason
 		FROM juice_reservations WHERE cluster = $1 AND state NOT IN ('released', 'failed') ORDER BY created_at`
 	// The ready runs, for the liveness watch: what a pool walk is compared with.
 	sqlReady = `SELECT id, pool, session_id, agent_address, ready_at FROM juice_reservations
 		WHERE cluster = $1 AND state = 'ready'`
-	// Runs of the given jobs that will never be reserved again: their reservation is final and still blocks.
-	// An array's elements are found by their array's id too (bound to a job id or not).
-	sqlDone = `SELECT job_id, run, array_job_id, array_task_id FROM juice_reservations
-		WHERE cluster = $1 AND (job_id = ANY($2) OR array_job_id = ANY($2)) AND state IN ('released', 'failed') AND ` + blocksNew
+	// The final reservations of the given jobs' runs, as sqlTracked reads the open ones: what reconcile.Reservable
+	// needs besides them. An array's elements are found by their array's id too (bound to a job id or not).
+	sqlEnded = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason
+		FROM juice_reservations
+		WHERE cluster = $1 AND (job_id = ANY($2) OR array_job_id = ANY($2)) AND state IN ('released', 'failed')`
 	sqlEvents = `SELECT e.from_state, e.to_state, e.event, e.reason, e.at FROM juice_events e
 		JOIN juice_reservations r ON r.id = e.reservation_id
 		WHERE r.cluster = $1 AND e.reservation_id = $2 ORDER BY e.id`

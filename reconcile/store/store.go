@@ -228,8 +228,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Ensure creates a pending, wanted reservation for each run that may be reserved (see blocksNew) and returns
-// the ones it created; runs that have a live reservation, or are over, are left as they are.
+// Ensure creates a pending, wanted reservation for each run it is given and returns the ones it created. Whether a
+// run may be reserved is reconcile.Reservable's to decide before; the unique indexes on blocksNew are the guard:
+// a run that has a live reservation, or is over, by the time the statement runs (another writer raced) is left as
+// it is.
 func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]reconcile.Reservation, error) {
 	if len(nrs) == 0 {
 		return nil, nil
@@ -264,21 +266,29 @@ func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]r
 	return created, nil
 }
 
-// EnsureRun is Ensure for one run; it returns the run's reservation afterwards (the new one, or the one that
+// EnsureRun is Ensure for one run (a prolog's registration): it reserves the run when reconcile.Reservable says
+// it may, from the run's reservations, and returns the run's reservation afterwards (the new one, or the one that
 // was there) and whether it was created. An array element's run (with its job id) is first bound to the
-// reservation made ahead for its element, if there is one.
+// reservation made ahead for its element, if there is one, so that its reservations are the run's.
 func (s *Store) EnsureRun(ctx context.Context, nr reconcile.NewReservation) (reconcile.Reservation, bool, error) {
 	if nr.Run.Element() && nr.Run.JobID != 0 {
 		if _, err := s.Bind(ctx, nr.Run); err != nil {
 			return reconcile.Reservation{}, false, err
 		}
 	}
-	created, err := s.Ensure(ctx, []reconcile.NewReservation{nr})
+	// A run without a job id (an element reserved ahead) has no reservations to read here: the guard alone holds.
+	records, err := s.scanTracked(s.pool.Query(ctx, sqlRunReservations, s.cluster, nullable(nr.Run.JobID), nr.Run.Run))
 	if err != nil {
-		return reconcile.Reservation{}, false, err
+		return reconcile.Reservation{}, false, fmt.Errorf("reservations of %s: %w", nr.Run, err)
 	}
-	if len(created) == 1 {
-		return created[0], true, nil
+	if reconcile.Reservable(records) == reconcile.Free {
+		created, err := s.Ensure(ctx, []reconcile.NewReservation{nr})
+		if err != nil {
+			return reconcile.Reservation{}, false, err
+		}
+		if len(created) == 1 {
+			return created[0], true, nil
+		}
 	}
 	if nr.Run.Element() && nr.Run.JobID != 0 {
 		// An element reserved ahead between the bind and the insert (a poller's older listing) blocked it.
@@ -473,24 +483,27 @@ func (s *Store) OpenIDs(ctx context.Context, all bool) ([]uuid.UUID, error) {
 // open runs the full rows (Open) were 346 MiB of allocation per comparison, the largest part of the controller's
 // memory peaks, and whole Reservation structs with only these fields filled still 284 MiB.
 func (s *Store) Tracked(ctx context.Context) ([]reconcile.Tracked, error) {
-	rows, err := s.pool.Query(ctx, sqlTracked, s.cluster)
+	out, err := s.scanTracked(s.pool.Query(ctx, sqlTracked, s.cluster))
 	if err != nil {
 		return nil, fmt.Errorf("tracked reservations: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.Tracked, error) {
+	return out, nil
+}
+
+func (s *Store) scanTracked(rows pgx.Rows, err error) ([]reconcile.Tracked, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.Tracked, error) {
 		var r reconcile.Tracked
 		var jobID, array, task *int64
 		var run int
-		if err := row.Scan(&r.ID, &jobID, &run, &array, &task, &r.State, &r.JobState, &r.JobReason); err != nil {
+		if err := row.Scan(&r.ID, &jobID, &run, &array, &task, &r.State, &r.RunOver, &r.JobState, &r.JobReason); err != nil {
 			return r, err
 		}
 		r.Run = runID(s.cluster, jobID, run, array, task)
 		return r, nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("tracked reservations: %w", err)
-	}
-	return out, nil
 }
 
 // Ready returns the ready reservations as the liveness watch needs them: where each one's session should be.
@@ -514,32 +527,20 @@ func (s *Store) Ready(ctx context.Context) ([]reconcile.ReadyRun, error) {
 	return out, nil
 }
 
-// Done returns the runs of the given jobs that will never be reserved again: their reservation failed, or the run
-// is over.
-func (s *Store) Done(ctx context.Context, jobIDs []uint32) (map[reconcile.RunID]bool, error) {
-	out := map[reconcile.RunID]bool{}
+// Ended returns the final reservations (released or failed) of the given jobs' runs, and of their arrays'
+// elements: with the open ones (Tracked), every reservation the poller's reconcile.Reservable reads of the runs it
+// sees. It decides nothing.
+func (s *Store) Ended(ctx context.Context, jobIDs []uint32) ([]reconcile.Tracked, error) {
 	if len(jobIDs) == 0 {
-		return out, nil
+		return nil, nil
 	}
 	ids := make([]int64, len(jobIDs))
 	for i, j := range jobIDs {
 		ids[i] = int64(j)
 	}
-	rows, err := s.pool.Query(ctx, sqlDone, s.cluster, ids)
+	out, err := s.scanTracked(s.pool.Query(ctx, sqlEnded, s.cluster, ids))
 	if err != nil {
-		return nil, fmt.Errorf("runs that are done: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var job, array, task *int64
-		var run int
-		if err := rows.Scan(&job, &run, &array, &task); err != nil {
-			return nil, fmt.Errorf("runs that are done: %w", err)
-		}
-		out[runID(s.cluster, job, run, array, task)] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("runs that are done: %w", err)
+		return nil, fmt.Errorf("ended reservations of %d jobs: %w", len(jobIDs), err)
 	}
 	return out, nil
 }
@@ -567,9 +568,10 @@ func (s *Store) Events(ctx context.Context, id uuid.UUID) ([]reconcile.Transitio
 const pruneBatch = 1000
 
 // Prune deletes the reservations of this cluster that ended (released or failed) before cutoff, with their
-// events, and returns how many. A run that ended is never reserved again while its reservation exists; once it
-// is pruned, a listing that still showed its job could reserve it anew, so the retention must exceed the
-// cluster's longest job time limit (it is 30 days by default).
+// events, and returns how many. A run that ended is never reserved again while its reservation exists
+// (reconcile.Reservable says Over); once it is pruned, Reservable no longer sees it, and a listing that still
+// showed its job would reserve it anew: so the retention must exceed the cluster's longest job time limit (it is
+// 30 days by default). The retention is the only thing Prune decides.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	var total int64
 	for {

@@ -209,9 +209,12 @@ func TestStoreEnsureMany(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, created, 2)
 	require.ElementsMatch(t, []uint32{3, 4}, []uint32{created[0].Run.JobID, created[1].Run.JobID})
-	done, err := s.Done(ctx, []uint32{1, 2, 3, 4, 5})
+	ended, err := s.Ended(ctx, []uint32{1, 2, 3, 4, 5})
 	require.NoError(t, err)
-	require.Equal(t, map[reconcile.RunID]bool{failed.Run: true}, done)
+	require.Len(t, ended, 1, "the live run 1 and the new 3 and 4 have not ended")
+	require.Equal(t, failed.Run, ended[0].Run)
+	require.Equal(t, reconcile.StateFailed, ended[0].State)
+	require.Equal(t, reconcile.Over, reconcile.Reservable(ended))
 	_ = live
 	_, err = s.Ensure(ctx, []reconcile.NewReservation{{Run: reconcile.RunID{Cluster: "other", JobID: 9}}})
 	require.ErrorContains(t, err, "serves cluster c")
@@ -247,8 +250,8 @@ func TestStoreRunOver(t *testing.T) {
 	require.ErrorIs(t, err, reconcile.ErrNotFound)
 }
 
-// The one answer to "may this run be reserved again?" (blocksNew) is the predicate of the partial unique index
-// that enforces it: PostgreSQL prints both the same way.
+// The database's guard of "may this run be reserved again?" (blocksNew; reconcile.Reservable decides) is the
+// predicate of the partial unique indexes that enforce it: PostgreSQL prints them the same way.
 func TestBlocksNewIsTheIndexPredicate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -268,6 +271,23 @@ func TestBlocksNewIsTheIndexPredicate(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT pg_get_expr(indpred, indrelid) FROM pg_index
 		WHERE indexrelid = 'juice_reservations_live_element'::regclass`).Scan(&element))
 	require.Equal(t, index, element, "an array element's index is built on the same predicate")
+}
+
+// The database's guard (blocksNew) blocks a new reservation exactly where reconcile.Reservable, which decides,
+// says the run is not free: for every state, with and without run_over.
+func TestBlocksNewIsReservable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s := newStores(t, "c")
+	for _, state := range reconcile.States {
+		for _, over := range []bool{false, true} {
+			var blocks bool
+			require.NoError(t, s.pool.QueryRow(ctx, `SELECT `+blocksNew+` FROM (SELECT $1::text AS state, $2::boolean AS run_over) r`,
+				string(state), over).Scan(&blocks))
+			standing := reconcile.Reservable([]reconcile.Tracked{{State: state, RunOver: over}})
+			require.Equal(t, standing != reconcile.Free, blocks, "%s, run over %v: Reservable says %s", state, over, standing)
+		}
+	}
 }
 
 // Two clusters on one database: each store sees and changes only its own cluster's rows.
