@@ -457,7 +457,9 @@ func TestATransientJuiceErrorLeavesTheStateForTheNextTry(t *testing.T) {
 			return reconcile.Session{}, down
 		},
 		CancelSession: func(context.Context, reconcile.Juice, string) error { return down },
-		WalkPool:      func(context.Context, reconcile.Juice, string, time.Time) (reconcile.PoolView, error) { return nil, down },
+		WalkPool: func(context.Context, reconcile.Juice, string, time.Time) (reconcile.PoolView, error) {
+			return nil, down
+		},
 	}
 	for _, state := range []reconcile.State{reconcile.StateRequesting, reconcile.StateWaiting, reconcile.StateReady, reconcile.StateReleasing} {
 		t.Run(string(state), func(t *testing.T) {
