@@ -525,3 +525,64 @@ func TestARequestThatCanNeverBeServedFails(t *testing.T) {
 		})
 	}
 }
+
+func TestReadyOnAnAgentMissingFromTheWalk(t *testing.T) {
+	for name, partial := range map[string]bool{"whole walk": false, "listing cut short": true} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t)
+			w.juice.Partial = partial
+			w.rc.Liveness = &reconcile.Liveness{Juice: w.juice, Period: time.Minute, Now: func() time.Time { return w.now }}
+			r := w.add(reconcile.StateReady, w.onSession, func(r *reconcile.Reservation) {
+				r.Status.AgentAddress = "gone.sim:43210" // its agent left the pool, and the walk shows it nowhere
+				r.Status.ReadyAt = w.now.Add(-time.Hour)
+			})
+			// An agent at that address in another pool is not one of this pool's.
+			w.juice.AddAgent("elsewhere", reconcile.Agent{ID: "a9", Address: "gone.sim:43210", State: "active", Active: true})
+			w.juice.Forget(r.Status.SessionID)
+
+			_, err := w.pass(r.ID)
+			require.NoError(t, err)
+			got := w.get(r.ID)
+			if partial {
+				// The agent may be on a page the listing did not show: the session itself is asked about.
+				assert.Equal(t, 1, w.juice.Calls().Gets)
+				assert.Contains(t, got.Status.FailReason, "ended session "+r.Status.SessionID)
+				return
+			}
+			assert.Zero(t, w.juice.Calls().Gets)
+			assert.Contains(t, got.Status.FailReason, "lost: the agent at gone.sim:43210 holding session "+r.Status.SessionID+" is not an active agent of pool test")
+		})
+	}
+}
+
+func TestSuspectsAreTheReadyRunsNotPlainlyAlive(t *testing.T) {
+	w := newWorld(t)
+	w.juice.AddAgent(pool, reconcile.Agent{ID: "a2", Address: "agent-2.sim:43210", State: "active", Active: true})
+	l := &reconcile.Liveness{Juice: w.juice, Period: time.Minute, Now: func() time.Time { return w.now }}
+	run := func(agent string, ready time.Time) reconcile.ReadyRun {
+		id := uuid.New()
+		sid := w.juice.Book(id, request.Request{Pool: pool, GPUs: 1})
+		w.juice.Activate(sid, agent, nil)
+		return reconcile.ReadyRun{ID: id, Pool: pool, SessionID: sid, ReadyAt: ready}
+	}
+	before := w.now.Add(-time.Minute)
+	alive, ended, onMissing, gone, late := run("a1", before), run("a1", before), run("a2", before), run("a1", before), run("a1", w.now.Add(time.Second))
+	w.juice.End(ended.SessionID)
+	w.juice.SetAgent(pool, "a2", "missing")
+	w.juice.Forget(gone.SessionID)
+	w.juice.Forget(late.SessionID) // ready after the walk: left for the next one
+
+	suspects, err := l.Suspects(context.Background(), []reconcile.ReadyRun{alive, ended, onMissing, gone, late})
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []uuid.UUID{ended.ID, onMissing.ID, gone.ID}, suspects)
+
+	down := errors.New("juice: controller unavailable")
+	l = &reconcile.Liveness{Juice: juicefake.Intercept(w.juice, juicefake.Funcs{
+		WalkPool: func(context.Context, reconcile.Juice, string, time.Time) (reconcile.PoolView, error) {
+			return nil, down
+		},
+	})}
+	suspects, err = l.Suspects(context.Background(), []reconcile.ReadyRun{alive, ended})
+	require.ErrorIs(t, err, down)
+	assert.Empty(t, suspects, "a pool whose walk failed is checked at the next period, not handed over whole")
+}
