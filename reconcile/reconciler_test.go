@@ -87,6 +87,17 @@ func (w *world) get(id uuid.UUID) reconcile.Reservation {
 	return r
 }
 
+// passFails runs a pass over id, which must end the run failed for why (part of its FailReason).
+func (w *world) passFails(id uuid.UUID, why string) reconcile.Reservation {
+	w.t.Helper()
+	_, err := w.pass(id)
+	require.NoError(w.t, err)
+	got := w.get(id)
+	assert.Equal(w.t, reconcile.StateFailed, got.Status.State)
+	assert.Contains(w.t, got.Status.FailReason, why)
+	return got
+}
+
 // history is the reservation's transitions as "from>to:event".
 func (w *world) history(id uuid.UUID) []string {
 	var out []string
@@ -270,11 +281,7 @@ func TestWaitingOnASessionTheControllerEndedFailsTheRun(t *testing.T) {
 			r := w.add(reconcile.StateWaiting, func(r *reconcile.Reservation) { r.Status.SessionID = w.juice.Book(r.ID, r.Request) })
 			end.do(w.juice, r.Status.SessionID)
 
-			_, err := w.pass(r.ID)
-			require.NoError(t, err)
-			got := w.get(r.ID)
-			assert.Equal(t, reconcile.StateFailed, got.Status.State)
-			assert.Contains(t, got.Status.FailReason, end.why)
+			w.passFails(r.ID, end.why)
 			assert.Equal(t, []string{"waiting>releasing:closed", "releasing>failed:closed"}, w.history(r.ID))
 		})
 	}
@@ -316,11 +323,7 @@ func TestReadyCheck(t *testing.T) {
 
 	ended := w.add(reconcile.StateReady, w.onSession)
 	w.juice.End(ended.Status.SessionID)
-	_, err = w.pass(ended.ID)
-	require.NoError(t, err)
-	got := w.get(ended.ID)
-	assert.Equal(t, reconcile.StateFailed, got.Status.State)
-	assert.Contains(t, got.Status.FailReason, "ended session "+ended.Status.SessionID+" while the job held it")
+	w.passFails(ended.ID, "ended session "+ended.Status.SessionID+" while the job held it")
 }
 
 func TestReadyOnAnAgentThatIsNoLongerActiveIsLost(t *testing.T) {
@@ -334,11 +337,7 @@ func TestReadyOnAnAgentThatIsNoLongerActiveIsLost(t *testing.T) {
 
 	w.juice.SetAgent(pool, "a1", "missing")
 	w.now = w.now.Add(2 * time.Minute) // the next period's walk
-	_, err = w.pass(r.ID)
-	require.NoError(t, err)
-	got := w.get(r.ID)
-	assert.Equal(t, reconcile.StateFailed, got.Status.State)
-	assert.Contains(t, got.Status.FailReason, "lost: session "+r.Status.SessionID+" is on agent a1")
+	w.passFails(r.ID, "lost: session "+r.Status.SessionID+" is on agent a1")
 }
 
 func TestReleasing(t *testing.T) {
@@ -384,11 +383,7 @@ func TestAPolicyBreachFailsTheRunWithoutAsking(t *testing.T) {
 	w := newWorld(t)
 	w.rc.Policy = &policy.Policy{MaxGPUs: 1}
 	r := w.add(reconcile.StatePending)
-	_, err := w.pass(r.ID)
-	require.NoError(t, err)
-	got := w.get(r.ID)
-	assert.Equal(t, reconcile.StateFailed, got.Status.State)
-	assert.Contains(t, got.Status.FailReason, "refused by the site policy: 2 GPUs asked for, at most 1 allowed per job")
+	w.passFails(r.ID, "refused by the site policy: 2 GPUs asked for, at most 1 allowed per job")
 	assert.Equal(t, []string{"pending>failed:fail"}, w.history(r.ID))
 	assert.Zero(t, w.juice.Calls().Requests)
 }
@@ -516,10 +511,7 @@ func TestARequestThatCanNeverBeServedFails(t *testing.T) {
 				RequestSession: func(context.Context, reconcile.Juice, uuid.UUID, request.Request) (string, error) {
 					return "", fmt.Errorf("POST /v1/request/session: %w", kind)
 				}})
-			_, err := w.pass(r.ID)
-			require.NoError(t, err)
-			got := w.get(r.ID)
-			assert.Equal(t, reconcile.StateFailed, got.Status.State)
+			got := w.passFails(r.ID, "")
 			assert.True(t, strings.HasSuffix(got.Status.FailReason, "POST /v1/request/session: "+kind.Error()), got.Status.FailReason)
 			assert.Equal(t, []string{"pending>requesting:request", "requesting>releasing:fail", "releasing>failed:closed"}, w.history(r.ID))
 		})
