@@ -26,6 +26,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/juice-slurm/juice-slurm/controller/juiceport"
 	"github.com/juice-slurm/juice-slurm/controller/leader"
 	"github.com/juice-slurm/juice-slurm/controller/notify"
 	"github.com/juice-slurm/juice-slurm/controller/queue"
@@ -446,9 +447,10 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		default:
 		}
 	})()
-	rc := &reconcile.Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
+	juice := juiceport.New(c.Juice)
+	rc := &reconcile.Reconciler{Store: c.Store, Juice: juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
 		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
-		Liveness: &reconcile.Liveness{Juice: c.Juice, Period: c.Config.ReadyCheck, Watched: true}}
+		Liveness: &reconcile.Liveness{Juice: juice, Period: c.Config.ReadyCheck, Watched: true}}
 	if c.Config.StateDir != "" {
 		rc.Files = &session.StateDir{Path: c.Config.StateDir}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/controller/juiceport"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
@@ -96,7 +97,7 @@ func (h *harness) reconciler(juice juiceapi.Client) *reconcile.Reconciler {
 	if juice == nil {
 		juice = h.juice
 	}
-	return &reconcile.Reconciler{Store: h.store, Juice: juice, Key: session.StaticKey(h.key), Log: h.log,
+	return &reconcile.Reconciler{Store: h.store, Juice: juiceport.New(juice), Key: session.StaticKey(h.key), Log: h.log,
 		WaitPoll: 20 * time.Millisecond, ReadyCheck: time.Second}
 }
 

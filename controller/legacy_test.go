@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/controller/juiceport"
 	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
@@ -250,7 +251,7 @@ func TestLegacyMissingAgentLosesItsSessions(t *testing.T) {
 	h := newHarnessWith(t, juicesim.AllLegacy())
 	ctx := context.Background()
 	rc := h.reconciler(nil)
-	rc.Liveness = &reconcile.Liveness{Juice: h.juice, Period: time.Hour}
+	rc.Liveness = &reconcile.Liveness{Juice: juiceport.New(h.juice), Period: time.Hour}
 	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 9}, gpus2)
 	got := h.driveTo(rc, r.ID, reconcile.StateReady)
 	res, err := rc.Reconcile(ctx, r.ID)
@@ -267,7 +268,7 @@ func TestLegacyMissingAgentLosesItsSessions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, juiceapi.StateActive, s.State, "the legacy controller still calls it active")
 
-	rc.Liveness = &reconcile.Liveness{Juice: h.juice, Period: time.Hour} // a new period
+	rc.Liveness = &reconcile.Liveness{Juice: juiceport.New(h.juice), Period: time.Hour} // a new period
 	got = h.driveTo(rc, r.ID, reconcile.StateFailed)
 	require.Contains(t, got.Status.FailReason, "lost: ")
 }
@@ -308,7 +309,7 @@ func TestLivenessCallsGrowWithAgentsNotSessions(t *testing.T) {
 		ids = append(ids, r.ID)
 	}
 	clock := time.Now()
-	rc.Liveness = &reconcile.Liveness{Juice: h.juice, Period: time.Minute, Now: func() time.Time { return clock }}
+	rc.Liveness = &reconcile.Liveness{Juice: juiceport.New(h.juice), Period: time.Minute, Now: func() time.Time { return clock }}
 	gets0, lists0, agents0 := h.simCalls("GET /v1/session/{id}"), h.simCalls("GET /v1/agents"), h.simCalls("GET /v1/agent/{id}")
 	for round := range 2 {
 		for _, id := range ids {
@@ -393,7 +394,7 @@ func TestOnlyRunsThatAskedTwiceWalkThePool(t *testing.T) {
 	ctx := context.Background()
 	counted := &agentCounter{Client: h.juice}
 	rc := h.reconciler(counted)
-	rc.Liveness = &reconcile.Liveness{Juice: counted, Period: time.Minute}
+	rc.Liveness = &reconcile.Liveness{Juice: juiceport.New(counted), Period: time.Minute}
 
 	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 1}, gpus2)
 	got := h.driveTo(rc, r.ID, reconcile.StateReady)
@@ -465,16 +466,16 @@ func TestLivenessWatchSkipsAPoolItCannotWalk(t *testing.T) {
 	require.Len(t, runs, 1)
 	runs[0].ReadyAt = got.Status.ReadyAt.Add(-time.Minute) // before any walk
 
-	suspects, err := (&reconcile.Liveness{Juice: failingAgents{h.juice}}).Suspects(ctx, runs)
+	suspects, err := (&reconcile.Liveness{Juice: juiceport.New(failingAgents{h.juice})}).Suspects(ctx, runs)
 	require.Error(t, err)
 	require.Empty(t, suspects)
 
-	l := &reconcile.Liveness{Juice: h.juice}
+	l := &reconcile.Liveness{Juice: juiceport.New(h.juice)}
 	suspects, err = l.Suspects(ctx, runs)
 	require.NoError(t, err)
 	require.Empty(t, suspects, "its session is alive")
 	require.NoError(t, h.sim.Sim.Cancel(got.Status.SessionID))
-	suspects, err = (&reconcile.Liveness{Juice: h.juice}).Suspects(ctx, runs)
+	suspects, err = (&reconcile.Liveness{Juice: juiceport.New(h.juice)}).Suspects(ctx, runs)
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{r.ID}, suspects, "its session ended")
 }

@@ -148,6 +148,17 @@ func (v *PoolView) Find(id string) (*Session, *Agent) {
 	return &a.Sessions[at[1]], a
 }
 
+// AgentAt returns the agent seen at address (the last one listed, should two share it); nil when none is.
+func (v *PoolView) AgentAt(address string) *Agent {
+	var at *Agent
+	for i := range v.Agents {
+		if v.Agents[i].Address == address {
+			at = &v.Agents[i]
+		}
+	}
+	return at
+}
+
 // ParsePools reads "name=id,name=id" (HTTPConfig.Pools); "" is no map.
 func ParsePools(text string) (map[string]string, error) {
 	if strings.TrimSpace(text) == "" {

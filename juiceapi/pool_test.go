@@ -33,6 +33,16 @@ func TestPoolViewFind(t *testing.T) {
 	require.Nil(t, a)
 }
 
+func TestPoolViewAgentAt(t *testing.T) {
+	v := &juiceapi.PoolView{Agents: []juiceapi.Agent{
+		{ID: "old", Address: "h1:1", State: juiceapi.AgentClosed},
+		{ID: "other", Address: "h2:1"},
+		{ID: "new", Address: "h1:1", State: juiceapi.AgentActive}, // the same host registered again
+	}}
+	require.Equal(t, "new", v.AgentAt("h1:1").ID, "the last one listed")
+	require.Nil(t, v.AgentAt("h3:1"))
+}
+
 // BenchmarkPoolViewFind is one lookup in a view of 12,500 agents holding 100,000 sessions, as the liveness watch
 // makes one per ready run: with a scan per lookup the watch took a core for a minute every period at that size.
 func BenchmarkPoolViewFind(b *testing.B) {

@@ -9,8 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
-
-	"github.com/juice-slurm/juice-slurm/juiceapi"
 )
 
 // Liveness checks ready sessions a pool at a time. One walk of a pool (its agent listing, then one read per
@@ -18,7 +16,7 @@ import (
 // pool's agents, not with its sessions: 10,000 ready runs on 100 agents cost about 101 calls a period instead
 // of 10,000 GetSession calls. It only observes; the Reconciler decides what a view means (checkLive).
 type Liveness struct {
-	Juice juiceapi.Client
+	Juice PoolWalker
 	// Period is how long a walk serves. Default 30s (the ready check).
 	Period time.Duration
 	// Watched says a watch calls Suspects every Period and enqueues what it returns (the controller's): ready
@@ -32,12 +30,12 @@ type Liveness struct {
 
 type poolWalk struct {
 	mu   sync.Mutex // one walk of a pool at a time; the others wait for it and share it
-	view *juiceapi.PoolView
+	view PoolView
 }
 
 // View returns a walk of pool taken at or after notBefore and at most Period ago, walking again when there is
 // none.
-func (l *Liveness) View(ctx context.Context, pool string, notBefore time.Time) (*juiceapi.PoolView, error) {
+func (l *Liveness) View(ctx context.Context, pool string, notBefore time.Time) (PoolView, error) {
 	l.mu.Lock()
 	if l.pools == nil {
 		l.pools = map[string]*poolWalk{}
@@ -52,10 +50,10 @@ func (l *Liveness) View(ctx context.Context, pool string, notBefore time.Time) (
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now, period := l.now(), l.period()
-	if v := w.view; v != nil && !v.Taken.Before(notBefore) && now.Sub(v.Taken) < period {
+	if v := w.view; v != nil && !v.Taken().Before(notBefore) && now.Sub(v.Taken()) < period {
 		return v, nil
 	}
-	v, err := juiceapi.WalkPool(ctx, l.Juice, pool, now)
+	v, err := l.Juice.WalkPool(ctx, pool, now)
 	if err != nil {
 		return nil, err
 	}
@@ -97,10 +95,10 @@ func (l *Liveness) Suspects(ctx context.Context, runs []ReadyRun) ([]uuid.UUID, 
 			continue
 		}
 		for _, r := range rs {
-			if r.ReadyAt.After(view.Taken) {
+			if r.ReadyAt.After(view.Taken()) {
 				continue
 			}
-			if s, a := view.Find(r.SessionID); s == nil || s.Ended() || a.State != juiceapi.AgentActive {
+			if h, ok := view.Find(r.SessionID); !ok || h.Session.Ended() || !h.Agent.Active {
 				out = append(out, r.ID)
 			}
 		}
@@ -131,29 +129,26 @@ func (rc *Reconciler) checkLive(ctx context.Context, log logr.Logger, r *Reserva
 		return Result{}, true, fmt.Errorf("check session: %w", err)
 	}
 	sid := r.Status.SessionID
-	s, a := view.Find(sid)
-	if s == nil {
-		for i := range view.Agents {
-			if view.Agents[i].Address == r.Status.AgentAddress {
-				a = &view.Agents[i]
-			}
-		}
+	h, seen := view.Find(sid)
+	a, onAgent := h.Agent, seen
+	if !seen {
+		a, onAgent = view.AgentAt(r.Status.AgentAddress)
 	}
 	switch {
-	case s != nil && s.Ended():
+	case seen && h.Session.Ended():
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller ended session "+sid+" while the job held it")
-	case a != nil && a.State != juiceapi.AgentActive:
+	case onAgent && !a.Active:
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed,
 			fmt.Sprintf("lost: session %s is on agent %s (%s), which is %s at the Juice Controller", sid, a.ID, a.Address, a.State))
-	case s != nil:
+	case seen:
 		return rc.checkAgain(), true, nil
-	case a == nil && view.Whole():
+	case !onAgent && view.Whole():
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed,
 			fmt.Sprintf("lost: the agent at %s holding session %s is not an active agent of pool %s at the Juice Controller", r.Status.AgentAddress, sid, r.Request.Pool))
 	}
 	// Its agent is there without it (or the listing may be cut short): ask about the session itself.
-	got, err := rc.Juice.GetSession(ctx, sid)
-	if errors.Is(err, juiceapi.ErrNotFound) || err == nil && got.Ended() {
+	got, err := rc.Juice.GetSession(ctx, sid, r.Request)
+	if errors.Is(err, ErrNoSession) || err == nil && got.Ended() {
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller ended session "+sid+" while the job held it")
 	}
 	if err != nil {

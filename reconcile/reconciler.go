@@ -10,7 +10,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 
-	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile/policy"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 )
@@ -37,7 +36,7 @@ type Store interface {
 // finds the session the first one made instead of booking a second.
 type Reconciler struct {
 	Store Store
-	Juice juiceapi.Client
+	Juice Juice
 	// Key seals session files.
 	Key session.KeySource
 	// Files, when set, is the shared state directory: a run's session file is removed there when its reservation
@@ -140,11 +139,6 @@ func (rc *Reconciler) step(ctx context.Context, log logr.Logger, r *Reservation,
 	return Result{}, true, fmt.Errorf("reservation %s: unknown state %q", r.ID, r.Status.State)
 }
 
-// sessionRequest is what the Juice Controller is asked for r.
-func sessionRequest(r *Reservation) juiceapi.SessionRequest {
-	return juiceapi.SessionRequest{PoolID: r.Request.Pool, GPUs: r.Request.GPUs, VRAMPerGPU: r.Request.VRAM}
-}
-
 // pending: the site policy first (a request over it fails for good), then the user's cap in the pool, then the
 // intent to request, committed before the controller is asked: a crash after it finds the reservation requesting,
 // and asks again with the same key.
@@ -172,21 +166,21 @@ func (rc *Reconciler) neverFits(ctx context.Context, log logr.Logger, r *Reserva
 func (rc *Reconciler) requesting(ctx context.Context, log logr.Logger, r *Reservation, fresh bool) (Result, bool, error) {
 	if !fresh {
 		found, err := rc.adoptEarlier(ctx, log, r)
-		if errors.Is(err, juiceapi.ErrNoCapacity) { // the pool cannot be named to the controller
+		if errors.Is(err, ErrNeverFits) { // the pool cannot be named to the controller
 			return Result{}, false, rc.neverFits(ctx, log, r, err)
 		}
 		if err != nil || found {
 			return Result{}, err != nil, err
 		}
 	}
-	sid, err := rc.Juice.RequestSession(ctx, r.ID, sessionRequest(r))
+	sid, err := rc.Juice.RequestSession(ctx, r.ID, r.Request)
 	if err != nil || r.Status.MaybeOrphans {
 		rc.asked.set(r.ID, rc.now())
 	}
 	switch {
-	case errors.Is(err, juiceapi.ErrNoCapacity):
+	case errors.Is(err, ErrNeverFits):
 		return Result{}, false, rc.neverFits(ctx, log, r, err)
-	case errors.Is(err, juiceapi.ErrInvalidRequest):
+	case errors.Is(err, ErrRefused):
 		return Result{}, false, rc.apply(ctx, log, r, EventFail, "the Juice client refuses "+r.Request.Describe()+": "+err.Error())
 	case err != nil:
 		return Result{}, true, fmt.Errorf("request session: %w", err)
@@ -206,16 +200,16 @@ func (rc *Reconciler) adoptEarlier(ctx context.Context, log logr.Logger, r *Rese
 	r.Status.MaybeOrphans = true
 	view, err := rc.view(ctx, r.ID, r.Request.Pool)
 	if err != nil {
-		if errors.Is(err, juiceapi.ErrNoCapacity) {
+		if errors.Is(err, ErrNeverFits) {
 			return false, err
 		}
 		return false, fmt.Errorf("look for the run's sessions before asking: %w", err)
 	}
-	sessions, _ := view.ByKey(r.ID.String())
+	sessions := view.ByKey(r.ID.String())
 	if len(sessions) == 0 {
 		return false, nil
 	}
-	keep := sessions[0].ID
+	keep := sessions[0].Session.ID
 	if _, err := rc.cancelOrphans(ctx, log, view, r, keep); err != nil {
 		return false, err
 	}
@@ -226,17 +220,17 @@ func (rc *Reconciler) adoptEarlier(ctx context.Context, log logr.Logger, r *Rese
 // waiting: the session is queued or assigned at the controller; it becomes ready once active and serving what
 // was asked, and the run loses it if the controller ends it first.
 func (rc *Reconciler) waiting(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
-	s, err := rc.Juice.GetSession(ctx, r.Status.SessionID)
-	if errors.Is(err, juiceapi.ErrNotFound) {
+	s, err := rc.Juice.GetSession(ctx, r.Status.SessionID, r.Request)
+	if errors.Is(err, ErrNoSession) {
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller no longer knows session "+r.Status.SessionID)
 	}
 	if err != nil {
 		return Result{}, true, fmt.Errorf("get session: %w", err)
 	}
 	switch {
-	case s.Active() && juiceapi.CheckGrant(s, sessionRequest(r)) != "":
+	case s.Active() && s.Unfit != "":
 		// Not what was asked: not ready. Say so once (the reason shows in describe), and look again.
-		if why := "not ready: " + juiceapi.CheckGrant(s, sessionRequest(r)); r.Status.Reason != why {
+		if why := "not ready: " + s.Unfit; r.Status.Reason != why {
 			if err := rc.apply(ctx, log, r, EventQueued, why); err != nil {
 				return Result{}, true, err
 			}
@@ -247,7 +241,7 @@ func (rc *Reconciler) waiting(ctx context.Context, log logr.Logger, r *Reservati
 	case s.Ended():
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed,
 			fmt.Sprintf("the Juice Controller ended session %s (%s) before it became active", s.ID, s.State))
-	case s.State == juiceapi.StateAssigned:
+	case s.Phase == SessionAssigned:
 		// Placed on an agent, which is starting it: active within moments, and a job may be waiting for it in its
 		// prolog (an array's elements, one after the other on a full pool): look again sooner.
 		return Result{RequeueAfter: rc.WaitPoll / assignedPollDivisor}, true, nil
@@ -259,7 +253,7 @@ func (rc *Reconciler) waiting(ctx context.Context, log logr.Logger, r *Reservati
 // sessions carrying the run's key are orphans of a lost answer: placed by now, if at all. Only a run that asked
 // more than once can have them; walking the pool for every run would cost each reservation a call per agent
 // (10,000 runs on 1,250 agents never became ready).
-func (rc *Reconciler) becomeReady(ctx context.Context, log logr.Logger, r *Reservation, s *juiceapi.Session) (Result, bool, error) {
+func (rc *Reconciler) becomeReady(ctx context.Context, log logr.Logger, r *Reservation, s Session) (Result, bool, error) {
 	if r.Status.MaybeOrphans {
 		view, err := rc.view(ctx, r.ID, r.Request.Pool)
 		if err != nil {
@@ -269,7 +263,7 @@ func (rc *Reconciler) becomeReady(ctx context.Context, log logr.Logger, r *Reser
 			return Result{}, true, err
 		}
 	}
-	if err := rc.seal(r, s, sessionRequest(r)); err != nil {
+	if err := rc.seal(r, s); err != nil {
 		return Result{}, false, rc.apply(ctx, log, r, EventFail, "cannot seal the session file: "+err.Error())
 	}
 	if err := rc.apply(ctx, log, r, EventActive, "session "+s.ID+" active on agent "+s.Address); err != nil {
@@ -296,8 +290,8 @@ func (rc *Reconciler) ready(ctx context.Context, log logr.Logger, r *Reservation
 	if rc.Liveness != nil {
 		return rc.checkLive(ctx, log, r)
 	}
-	s, err := rc.Juice.GetSession(ctx, r.Status.SessionID)
-	if errors.Is(err, juiceapi.ErrNotFound) || err == nil && s.Ended() {
+	s, err := rc.Juice.GetSession(ctx, r.Status.SessionID, r.Request)
+	if errors.Is(err, ErrNoSession) || err == nil && s.Ended() {
 		return Result{}, false, rc.apply(ctx, log, r, EventClosed, "the Juice Controller ended session "+r.Status.SessionID+" while the job held it")
 	}
 	if err != nil {
@@ -324,10 +318,10 @@ func (rc *Reconciler) releasing(ctx context.Context, log logr.Logger, r *Reserva
 	}
 	if r.Status.SessionID != "" {
 		err := rc.Juice.CancelSession(ctx, r.Status.SessionID)
-		if errors.Is(err, juiceapi.ErrNotYet) {
+		if errors.Is(err, ErrNotYet) {
 			return Result{RequeueAfter: rc.WaitPoll}, true, nil
 		}
-		if err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
+		if err != nil && !errors.Is(err, ErrNoSession) {
 			return Result{}, true, fmt.Errorf("cancel session: %w", err)
 		}
 		reason = "session " + r.Status.SessionID + " cancelled at the Juice Controller"
@@ -342,13 +336,13 @@ func (rc *Reconciler) releasing(ctx context.Context, log logr.Logger, r *Reserva
 // carrying the key; notYet those that cannot be cancelled before their agent takes them.
 func (rc *Reconciler) cancelByKey(ctx context.Context, log logr.Logger, r *Reservation) (found, notYet int, err error) {
 	view, err := rc.view(ctx, r.ID, r.Request.Pool)
-	if errors.Is(err, juiceapi.ErrNoCapacity) {
-		view, err = &juiceapi.PoolView{}, nil // a pool that cannot be named was never asked of
+	if errors.Is(err, ErrNeverFits) {
+		return 0, 0, nil // a pool that cannot be named was never asked of: no session carries the key
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("find the run's sessions to release: %w", err)
 	}
-	sessions, _ := view.ByKey(r.ID.String())
+	sessions := view.ByKey(r.ID.String())
 	notYet, err = rc.cancelOrphans(ctx, log, view, r, r.Status.SessionID)
 	return len(sessions), notYet, err
 }
@@ -379,11 +373,11 @@ func (rc *Reconciler) requestWithinCap(ctx context.Context, log logr.Logger, r *
 // after the last request of reservation id returned, so that what that request booked is in it. Reservations
 // share a walk of their pool through Liveness: a burst of them looking for their sessions (after a restart, or
 // an outage of the controller) costs a walk of the pool, not one per reservation.
-func (rc *Reconciler) view(ctx context.Context, id uuid.UUID, pool string) (*juiceapi.PoolView, error) {
+func (rc *Reconciler) view(ctx context.Context, id uuid.UUID, pool string) (PoolView, error) {
 	if rc.Liveness != nil {
 		return rc.Liveness.View(ctx, pool, rc.asked.since(id))
 	}
-	return juiceapi.WalkPool(ctx, rc.Juice, pool, rc.now())
+	return rc.Juice.WalkPool(ctx, pool, rc.now())
 }
 
 // askedAt remembers, for reservations that may hold more than one session, when their last request to the
@@ -430,34 +424,33 @@ func (a *askedAt) forget(id uuid.UUID) {
 
 // cancelOrphans cancels every session of view carrying r's key but keep: a second session booked for the run
 // by a request whose answer was lost. notYet counts those that cannot be cancelled before their agent takes them
-// (juiceapi.ErrNotYet).
-func (rc *Reconciler) cancelOrphans(ctx context.Context, log logr.Logger, view *juiceapi.PoolView, r *Reservation, keep string) (notYet int, err error) {
-	found, agents := view.ByKey(r.ID.String())
-	for i, s := range found {
-		if s.ID == keep {
+// (ErrNotYet).
+func (rc *Reconciler) cancelOrphans(ctx context.Context, log logr.Logger, view PoolView, r *Reservation, keep string) (notYet int, err error) {
+	for _, h := range view.ByKey(r.ID.String()) {
+		if h.Session.ID == keep {
 			continue
 		}
-		err := rc.Juice.CancelSession(ctx, s.ID)
-		if errors.Is(err, juiceapi.ErrNotYet) {
+		err := rc.Juice.CancelSession(ctx, h.Session.ID)
+		if errors.Is(err, ErrNotYet) {
 			notYet++
 			continue
 		}
-		if err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
-			return notYet, fmt.Errorf("cancel orphan session %s of the run: %w", s.ID, err)
+		if err != nil && !errors.Is(err, ErrNoSession) {
+			return notYet, fmt.Errorf("cancel orphan session %s of the run: %w", h.Session.ID, err)
 		}
-		log.Info("cancelled an orphan session of the run", "session", s.ID, "agent", agents[i], "kept", keep)
+		log.Info("cancelled an orphan session of the run", "session", h.Session.ID, "agent", h.Agent.ID, "kept", keep)
 	}
 	return notYet, nil
 }
 
 // seal writes the session file for an active session into r's status: exactly the GPUs asked for, even when
 // the controller gave more (the legacy one gives every GPU of the agent).
-func (rc *Reconciler) seal(r *Reservation, s *juiceapi.Session, req juiceapi.SessionRequest) error {
+func (rc *Reconciler) seal(r *Reservation, s Session) error {
 	key, err := rc.Key.Bytes()
 	if err != nil {
 		return err
 	}
-	g := session.Grant{SessionID: s.ID, Address: s.Address, GPUs: juiceapi.GrantedGPUs(s, req)}
+	g := session.Grant{SessionID: s.ID, Address: s.Address, GPUs: s.GPUs}
 	b := r.Run.Binding()
 	b.Reservation = r.ID
 	sealed, err := session.Seal(key, b, session.Env(r.Request, g))

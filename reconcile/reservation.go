@@ -9,8 +9,12 @@
 //     of its job. Observers write only the spec, and their writes never conflict with the reconciler's.
 //   - Status is the reconciler's alone: the state, the session, the sealed session file.
 //
+// The Reconciler acts on the Juice Controller through Juice, a port this package defines in its own words
+// (juice.go); controller/juiceport adapts the Juice client to it.
+//
 // The sub-packages hold the request grammar (request), the session file and task environment (session) and the
-// PostgreSQL store (store).
+// PostgreSQL store (store); for tests with no service, an in-memory store (memstore) and an in-memory Juice
+// Controller behind the port (juicefake).
 package reconcile
 
 import (
