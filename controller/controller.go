@@ -194,7 +194,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.Metrics = NewMetrics(c.Store)
 	}
 	c.Metrics.SetPolicy(c.Config.Policy)
-	c.Juice = watchJuice{InstrumentJuice(c.Juice, c.Metrics), &c.health}
+	c.Juice = observedJuice{c.Juice, func(op string, start time.Time, err error) {
+		c.Metrics.observeJuice(op, start, err)
+		c.health.noteJuice(err)
+	}}
 	hub := &notify.Hub{Pool: c.Store.Pool(), Cluster: c.Config.Cluster, Log: c.Log.WithName("notify"), Connect: c.listen}
 	hooks := &HookServer{Store: c.Store, Hub: hub, Jobs: c.Slurm, Secret: c.Secret, Metrics: c.Metrics,
 		Log: c.Log.WithName("hooks"), MaxWait: c.Config.MaxHookWait, TrustComment: c.Config.TrustComment,
@@ -342,45 +345,16 @@ func (c *Controller) ready(ctx context.Context) error {
 	return nil
 }
 
-// watchJuice notes in health whether the Juice Controller can be reached: a call that could not get through, or
-// was not let in, makes the leader unready; any answer (even "not found" or "no capacity") makes it ready again.
-type watchJuice struct {
-	juiceapi.Client
-	h *health
-}
-
-func (w watchJuice) note(err error) {
+// noteJuice notes whether the Juice Controller can be reached: a call that could not get through, or was not let
+// in, makes the leader unready; any answer (even "not found" or "no capacity") makes it ready again.
+func (h *health) noteJuice(err error) {
 	if err != nil && !errors.Is(err, juiceapi.ErrUnavailable) && !errors.Is(err, juiceapi.ErrUnauthorized) {
 		err = nil
 	}
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	w.h.set(&w.h.juice, err)
-}
-
-func (w watchJuice) RequestSession(ctx context.Context, key uuid.UUID, req juiceapi.SessionRequest) (string, error) {
-	id, err := w.Client.RequestSession(ctx, key, req)
-	w.note(err)
-	return id, err
-}
-
-func (w watchJuice) GetSession(ctx context.Context, id string) (*juiceapi.Session, error) {
-	s, err := w.Client.GetSession(ctx, id)
-	w.note(err)
-	return s, err
-}
-
-func (w watchJuice) CancelSession(ctx context.Context, id string) error {
-	err := w.Client.CancelSession(ctx, id)
-	w.note(err)
-	return err
-}
-
-func (w watchJuice) ListAgents(ctx context.Context, pool string) ([]juiceapi.Agent, error) {
-	a, err := w.Client.ListAgents(ctx, pool)
-	w.note(err)
-	return a, err
+	h.set(&h.juice, err)
 }
 
 // metricsListener listens for /metrics; nil when metrics are off.
