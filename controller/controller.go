@@ -29,6 +29,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller/leader"
 	"github.com/juice-slurm/juice-slurm/controller/notify"
 	"github.com/juice-slurm/juice-slurm/controller/queue"
+	"github.com/juice-slurm/juice-slurm/controller/sweep"
 	"github.com/juice-slurm/juice-slurm/internal/backoff"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
@@ -499,7 +500,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 
 // waitForPoll waits until the next poll is due, re-listing and sweeping meanwhile when those are due; false
 // when ctx ended.
-func (c *Controller) waitForPoll(ctx context.Context, poll, resync, full, sweep <-chan time.Time, relisting <-chan struct{},
+func (c *Controller) waitForPoll(ctx context.Context, poll, resync, full, sweepDue <-chan time.Time, relisting <-chan struct{},
 	relist, relistUnsettled func()) bool {
 	for {
 		select {
@@ -515,8 +516,8 @@ func (c *Controller) waitForPoll(ctx context.Context, poll, resync, full, sweep 
 			relistUnsettled()
 		case <-full:
 			relist()
-		case <-sweep:
-			n, err := Sweep(ctx, c.Store, c.Juice, c.Log.WithName("sweep"))
+		case <-sweepDue:
+			n, err := sweep.Sessions(ctx, c.Store, c.Juice, c.Log.WithName("sweep"))
 			c.Metrics.observeSweep(n, err)
 			if err != nil {
 				c.Log.Error(err, "sweep failed")
@@ -531,7 +532,7 @@ func (c *Controller) sweepFiles(ctx context.Context) {
 	if c.Config.StateDir == "" {
 		return
 	}
-	if _, err := SweepFiles(ctx, c.Store, &session.StateDir{Path: c.Config.StateDir}, c.Log.WithName("sweep")); err != nil {
+	if _, err := sweep.Files(ctx, c.Store, &session.StateDir{Path: c.Config.StateDir}, c.Log.WithName("sweep")); err != nil {
 		c.Log.Error(err, "sweep of the state directory failed")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/controller/sweep"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 )
@@ -106,7 +107,7 @@ func TestSweepFilesRemovesWhatNoReadyReservationOwns(t *testing.T) {
 	keepTmp := filepath.Join(dir, ".81.0.session.tmp123")
 	require.NoError(t, os.WriteFile(keepTmp, nil, 0o600))
 
-	n, err := SweepFiles(ctx, h.store, &session.StateDir{Path: dir}, h.log)
+	n, err := sweep.Files(ctx, h.store, &session.StateDir{Path: dir}, h.log)
 	require.NoError(t, err)
 	require.Equal(t, len(gone), n)
 	for _, p := range gone {
@@ -115,10 +116,10 @@ func TestSweepFilesRemovesWhatNoReadyReservationOwns(t *testing.T) {
 	for _, p := range []string{keepReady, keepV1, keepOther, keepTmp} {
 		require.FileExists(t, p)
 	}
-	n, err = SweepFiles(ctx, h.store, &session.StateDir{Path: dir}, h.log)
+	n, err = sweep.Files(ctx, h.store, &session.StateDir{Path: dir}, h.log)
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing more to remove")
 
-	_, err = SweepFiles(ctx, h.store, &session.StateDir{Path: filepath.Join(dir, "missing")}, h.log)
+	_, err = sweep.Files(ctx, h.store, &session.StateDir{Path: filepath.Join(dir, "missing")}, h.log)
 	require.Error(t, err, "a state directory that is not there is an error, never an empty sweep")
 }
