@@ -3,7 +3,7 @@
 //
 //   - the Poller, which observes slurmrestd and records what it sees and wants in each reservation's spec;
 //   - the reconcile workers, which run the reconcile.Reconciler, the one actor on the Juice Controller;
-//   - the JobActor, the one actor on Slurm's jobs (a requeued run begins at once when its session is ready);
+//   - the job actor (package jobactor), the one actor on Slurm's jobs (a requeued run begins at once when its session is ready);
 //   - the sweep, which cancels sessions that belong to no live run.
 //
 // The actors hear of changes through PostgreSQL's NOTIFY (package notify), re-list after every (re)subscribe,
@@ -26,6 +26,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/juice-slurm/juice-slurm/controller/jobactor"
 	"github.com/juice-slurm/juice-slurm/controller/leader"
 	"github.com/juice-slurm/juice-slurm/controller/notify"
 	"github.com/juice-slurm/juice-slurm/controller/queue"
@@ -170,7 +171,7 @@ type Controller struct {
 	Key    session.KeySource // the cluster key, for sealing session files
 	Secret *secretfile.File  // the hook secret
 	// Ender requeues or cancels a job whose run lost its session (nil: logged only).
-	Ender   JobEnder
+	Ender   jobactor.Ender
 	Log     logr.Logger
 	Metrics *Metrics
 	// Listener, when set, is used by the hook API instead of listening on HookListen (tests).
@@ -394,7 +395,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 	p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
 		Pace: c.Config.ListPace, FullListings: c.Config.FullListings, TrustComment: c.Config.TrustComment,
 		Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: rq.Add}
-	ja := &JobActor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
+	ja := &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
 	// Each actor hears of the changes it acts on: the reconciler of what observers want (its own status writes
 	// need no second pass), the job actor of what Slurm says and of the reconciler's moves.
 	defer hub.OnChange(func(ch notify.Change) {

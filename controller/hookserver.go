@@ -227,7 +227,7 @@ func (a *HookServer) prolog(w http.ResponseWriter, r *http.Request) {
 // the reply to give.
 func (a *HookServer) register(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, *hookapi.PrologReply, error) {
 	j, err := a.Jobs.GetJob(ctx, run.JobID)
-	a.Metrics.observeSlurm("get_job", err)
+	a.Metrics.ObserveSlurm("get_job", err)
 	if err != nil {
 		return reconcile.Reservation{}, &hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting,
 			Reason: fmt.Sprintf("cannot read job %d from slurmrestd: %v", run.JobID, err)}, nil

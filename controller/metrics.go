@@ -183,7 +183,8 @@ func (m *Metrics) observePrologWait(d time.Duration, outcome string) {
 	m.prologWait.WithLabelValues(outcome).Observe(d.Seconds())
 }
 
-func (m *Metrics) observeSlurm(op string, err error) {
+// ObserveSlurm counts one call of slurmrestd by its operation and result.
+func (m *Metrics) ObserveSlurm(op string, err error) {
 	if m == nil {
 		return
 	}

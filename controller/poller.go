@@ -313,7 +313,7 @@ func (p *Poller) Poll(ctx context.Context) error {
 func (p *Poller) list(ctx context.Context, now time.Time) (unchanged bool, err error) {
 	start := time.Now()
 	list, err := p.Slurm.ListJobs(ctx, p.since)
-	p.Metrics.observeSlurm("list_jobs", err)
+	p.Metrics.ObserveSlurm("list_jobs", err)
 	if err != nil {
 		return false, fmt.Errorf("poll slurmrestd: %w", err)
 	}
@@ -347,7 +347,7 @@ func (p *Poller) list(ctx context.Context, now time.Time) (unchanged bool, err e
 func (p *Poller) discover(ctx context.Context, now time.Time) (found bool, err error) {
 	start := time.Now()
 	states, err := p.Slurm.AllJobStates(ctx)
-	p.Metrics.observeSlurm("all_job_states", err)
+	p.Metrics.ObserveSlurm("all_job_states", err)
 	if err != nil {
 		return false, fmt.Errorf("poll slurmrestd for every job's state: %w", err)
 	}
@@ -361,7 +361,7 @@ func (p *Poller) discover(ctx context.Context, now time.Time) (found bool, err e
 			continue
 		}
 		j, err := p.Slurm.GetJob(ctx, st.ID)
-		p.Metrics.observeSlurm("get_job", err)
+		p.Metrics.ObserveSlurm("get_job", err)
 		switch {
 		case errors.Is(err, slurmrest.ErrNotFound):
 			continue
@@ -391,7 +391,7 @@ func (p *Poller) trackKnown(ctx context.Context, now time.Time) (changed bool, e
 	}
 	start := time.Now()
 	states, err := p.Slurm.JobStates(ctx, ids)
-	p.Metrics.observeSlurm("job_states", err)
+	p.Metrics.ObserveSlurm("job_states", err)
 	if err != nil {
 		return false, fmt.Errorf("poll slurmrestd for the states of %d jobs: %w", len(ids), err)
 	}
@@ -433,7 +433,7 @@ func (p *Poller) trackKnown(ctx context.Context, now time.Time) (changed bool, e
 		case had && old.State == state:
 		default:
 			j, err := p.Slurm.GetJob(ctx, r.JobID)
-			p.Metrics.observeSlurm("get_job", err)
+			p.Metrics.ObserveSlurm("get_job", err)
 			switch {
 			case errors.Is(err, slurmrest.ErrNotFound):
 				delete(p.snapshot, r.JobID)
@@ -513,7 +513,7 @@ func (p *Poller) observe(ctx context.Context, r *reconcile.Tracked) error {
 		// Missing from a good listing: the job aged out of slurmctld after it ended, or its request is gone.
 		// One GET tells which.
 		got, err := p.Slurm.GetJob(ctx, r.Run.JobID)
-		p.Metrics.observeSlurm("get_job", err)
+		p.Metrics.ObserveSlurm("get_job", err)
 		switch {
 		case errors.Is(err, slurmrest.ErrNotFound):
 			return p.unwant(ctx, r, "GONE", fmt.Sprintf("job %d is gone from slurmctld", r.Run.JobID), true)
