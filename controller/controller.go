@@ -1,4 +1,4 @@
-// Package controller is the juice-slurm service at run time. Every replica serves the hook API (hookserver.go)
+// Package controller is the juice-slurm service at run time. Every replica serves the hook API (package hookserver)
 // from PostgreSQL; the replica that holds the leader lease also runs
 //
 //   - the Poller, which observes slurmrestd and records what it sees and wants in each reservation's spec;
@@ -25,7 +25,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/juice-slurm/juice-slurm/controller/hookserver"
 	"github.com/juice-slurm/juice-slurm/controller/jobactor"
 	"github.com/juice-slurm/juice-slurm/controller/leader"
 	"github.com/juice-slurm/juice-slurm/controller/notify"
@@ -36,8 +38,10 @@ import (
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/policy"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
 )
 
 // Config tunes the controller; zero values take the defaults below.
@@ -97,8 +101,8 @@ type Config struct {
 	// listener that proves it holds the key of the certificate they pin. Nil serves plain HTTP (tests).
 	HookTLS *tls.Config
 	// MaxHookConns and MaxHookConnsPerPeer cap the hook API's connections, in all and per peer (package peer);
-	// MaxWaitsPerPeer caps a peer's concurrent calls. Defaults DefaultMaxConns, DefaultMaxConnsPerPeer,
-	// DefaultMaxWaitsPerPeer.
+	// MaxWaitsPerPeer caps a peer's concurrent calls. Defaults hookserver.DefaultMaxConns, DefaultMaxConnsPerPeer
+	// and DefaultMaxWaitsPerPeer.
 	MaxHookConns, MaxHookConnsPerPeer, MaxWaitsPerPeer int
 }
 
@@ -127,12 +131,6 @@ func (c *Config) defaults() {
 	}
 	if c.HookListen == "" {
 		c.HookListen = "127.0.0.1:7171"
-	}
-	if c.MaxHookConns == 0 {
-		c.MaxHookConns = DefaultMaxConns
-	}
-	if c.MaxHookConnsPerPeer == 0 {
-		c.MaxHookConnsPerPeer = DefaultMaxConnsPerPeer
 	}
 }
 
@@ -201,9 +199,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.health.noteJuice(err)
 	}}
 	hub := &notify.Hub{Pool: c.Store.Pool(), Cluster: c.Config.Cluster, Log: c.Log.WithName("notify"), Connect: c.listen}
-	hooks := &HookServer{Store: c.Store, Hub: hub, Jobs: c.Slurm, Secret: c.Secret, Metrics: c.Metrics,
-		Log: c.Log.WithName("hooks"), MaxWait: c.Config.MaxHookWait, TrustComment: c.Config.TrustComment,
-		MaxWaitsPerPeer: c.Config.MaxWaitsPerPeer, Ready: c.ready, Unmunge: c.Config.Unmunge}
+	trust := c.Config.TrustComment
+	hooks := &hookserver.Server{Store: c.Store, Hub: hub, Jobs: c.Slurm, Secret: c.Secret, Metrics: c.Metrics,
+		Log: c.Log.WithName("hooks"), MaxWait: c.Config.MaxHookWait, Ready: c.ready, Unmunge: c.Config.Unmunge,
+		JobRequest:      func(j *slurmrest.Job) (request.Request, error) { return JobRequest(j, trust) },
+		MaxWaitsPerPeer: c.Config.MaxWaitsPerPeer, MaxConns: c.Config.MaxHookConns,
+		MaxConnsPerPeer: c.Config.MaxHookConnsPerPeer, TLS: c.Config.HookTLS}
 	ln := c.Listener
 	if ln == nil {
 		var err error
@@ -211,25 +212,14 @@ func (c *Controller) Run(ctx context.Context) error {
 			return fmt.Errorf("hook API: %w", err)
 		}
 	}
-	// Over a cap, a connection is closed at once: what one peer opens never keeps another out (F4).
-	ln = newLimitListener(ln, c.Config.MaxHookConns, c.Config.MaxHookConnsPerPeer, func(string) {
-		c.Metrics.observeHookRefused("connections")
-	})
-	if c.Config.HookTLS != nil {
-		ln = tls.NewListener(ln, c.Config.HookTLS)
-	}
+	ln = hooks.Listen(ln)
 	mln, err := c.metricsListener()
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	// Timeouts fit for long waits: a connection must finish its TLS handshake and headers within 10 s and its
-	// small body within 30 s, an answer may take the longest wait and then some, and an idle connection is closed
-	// after a minute. A connection that says nothing holds its place for 10 s at most.
-	srv := &http.Server{Handler: hooks.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: c.Config.MaxHookWait + 30*time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
-		ConnContext: withPeer, ErrorLog: quietTLSLog(c.Log)}
-	msrv := &http.Server{Handler: hooks.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := hooks.HTTPServer()
+	msrv := &http.Server{Handler: c.probeHandler(), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	if mln != nil {
 		wg.Add(1)
@@ -357,6 +347,14 @@ func (h *health) noteJuice(err error) {
 		return
 	}
 	h.set(&h.juice, err)
+}
+
+// probeHandler serves /metrics, /healthz and /readyz: the metrics listener, apart from the hook API.
+func (c *Controller) probeHandler() http.Handler {
+	mux := http.NewServeMux()
+	hookserver.Probes(mux, c.ready)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Metrics.Registry, promhttp.HandlerOpts{}))
+	return mux
 }
 
 // metricsListener listens for /metrics; nil when metrics are off.

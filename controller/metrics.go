@@ -153,7 +153,8 @@ func (m *Metrics) WatchTokenExpiry(name string, token func() (string, error)) {
 
 // The methods accept a nil *Metrics, so tests and tools can leave metrics out.
 
-func (m *Metrics) observeHookRefused(limit string) {
+// ObserveHookRefused counts a hook API connection closed, or a call refused, over the limit.
+func (m *Metrics) ObserveHookRefused(limit string) {
 	if m != nil {
 		m.hookRefused.WithLabelValues(limit).Inc()
 	}
@@ -176,7 +177,8 @@ func (m *Metrics) observeReady(r *reconcile.Reservation) {
 	m.submitToReady.Observe(r.Status.ReadyAt.Sub(r.CreatedAt).Seconds())
 }
 
-func (m *Metrics) observePrologWait(d time.Duration, outcome string) {
+// ObservePrologWait times a prolog's wait by its outcome.
+func (m *Metrics) ObservePrologWait(d time.Duration, outcome string) {
 	if m == nil {
 		return
 	}
@@ -223,7 +225,8 @@ func (m *Metrics) observePrune(n int64, err error) {
 	m.pruned.WithLabelValues(result(err)).Add(float64(n))
 }
 
-func (m *Metrics) observeHook(hook, outcome string) {
+// ObserveHook counts one call of a hook by its outcome.
+func (m *Metrics) ObserveHook(hook, outcome string) {
 	if m == nil {
 		return
 	}
