@@ -1,10 +1,12 @@
-// Package controller is the juice-slurm service at run time. Every replica serves the hook API (package hookserver)
-// from PostgreSQL; the replica that holds the leader lease also runs
+// Package controller is the juice-slurm service at run time: it holds the configuration, builds the services and
+// starts and stops them. Every replica serves the hook API (package hookserver) from PostgreSQL; the replica that
+// holds the leader lease (leader.Elector) also runs a term of leading (leader.Term):
 //
 //   - the Poller, which observes slurmrestd and records what it sees and wants in each reservation's spec;
 //   - the reconcile workers, which run the reconcile.Reconciler, the one actor on the Juice Controller;
-//   - the job actor (package jobactor), the one actor on Slurm's jobs (a requeued run begins at once when its session is ready);
-//   - the sweep, which cancels sessions that belong to no live run.
+//   - the job actor (package jobactor), the one actor on Slurm's jobs (a requeued run begins at once when its
+//     session is ready);
+//   - the sweep (package sweep), which cancels sessions that belong to no live run.
 //
 // The actors hear of changes through PostgreSQL's NOTIFY (package notify), re-list after every (re)subscribe,
 // and re-list on a timer as a last resort.
@@ -31,9 +33,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller/jobactor"
 	"github.com/juice-slurm/juice-slurm/controller/leader"
 	"github.com/juice-slurm/juice-slurm/controller/notify"
-	"github.com/juice-slurm/juice-slurm/controller/queue"
 	"github.com/juice-slurm/juice-slurm/controller/sweep"
-	"github.com/juice-slurm/juice-slurm/internal/backoff"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
@@ -379,151 +379,63 @@ func (c *Controller) metricsListener() (net.Listener, error) {
 	return ln, nil
 }
 
-// retries is the work queues' backoff for a key whose pass failed.
-var retries = backoff.Policy{Base: 200 * time.Millisecond, Max: time.Minute}
-
-// lead runs the poller, the actors, the re-lists and the sweep while this replica holds the lease.
+// lead runs one term of leading (leader.Term) while this replica holds the lease: the poller, the actors, the
+// re-lists, the sweep and the prune.
 func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
-	rq := queue.New[uuid.UUID](ctx, retries) // the reconciler's
-	jq := queue.New[uuid.UUID](ctx, retries) // the job actor's
-	defer c.Metrics.leadQueues(queueLengths{
-		"reconcile": func() int { return rq.Len() + rq.Waiting() },
-		"jobs":      func() int { return jq.Len() + jq.Waiting() },
-	})()
-	p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
-		Pace: c.Config.ListPace, FullListings: c.Config.FullListings, TrustComment: c.Config.TrustComment,
-		Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: rq.Add}
-	ja := &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
-	// Each actor hears of the changes it acts on: the reconciler of what observers want (its own status writes
-	// need no second pass), the job actor of what Slurm says and of the reconciler's moves.
-	defer hub.OnChange(func(ch notify.Change) {
-		switch ch.Kind {
-		case store.KindCreated:
-			p.Kick()
-			rq.Add(ch.ID)
-		case store.KindSpec:
-			rq.Add(ch.ID)
-		case store.KindObserved:
-			jq.Add(ch.ID)
-		case store.KindStatus:
-			if ja.Moves(ch.ID, ch.State) {
-				jq.Add(ch.ID)
+	term := &leader.Term{Store: c.Store, Hub: hub, Log: c.Log, Metrics: c.Metrics, Workers: c.Config.Workers,
+		Tuning: func() (time.Duration, time.Duration) {
+			t := c.Tuning()
+			return t.PollInterval, t.Sweep
+		},
+		Retuned: c.retuned, Resync: c.Config.Resync, FullResync: c.Config.FullResync, ReadyCheck: c.Config.ReadyCheck,
+		Retention: c.Config.Retention, PruneInterval: c.Config.PruneInterval, Sweep: c.sweep, SweepFiles: c.sweepFiles,
+		Actors: func(enqueue func(uuid.UUID)) leader.Actors {
+			p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
+				Pace: c.Config.ListPace, FullListings: c.Config.FullListings, TrustComment: c.Config.TrustComment,
+				Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: enqueue}
+			ja := &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
+			rc := &reconcile.Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
+				WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
+				Liveness: &reconcile.Liveness{Juice: c.Juice, Period: c.Config.ReadyCheck, Watched: true}}
+			if c.Config.StateDir != "" {
+				rc.Files = &session.StateDir{Path: c.Config.StateDir}
 			}
-		}
-	})()
-	relist := func() { c.relist(ctx, true, rq, jq) }
-	// Whatever changed while LISTEN was down was not announced: re-list after every (re)subscribe.
-	relisting := make(chan struct{}, 1)
-	defer hub.OnConnect(func() {
-		select {
-		case relisting <- struct{}{}:
-		default:
-		}
-	})()
-	rc := &reconcile.Reconciler{Store: c.Store, Juice: c.Juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
-		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
-		Liveness: &reconcile.Liveness{Juice: c.Juice, Period: c.Config.ReadyCheck, Watched: true}}
-	if c.Config.StateDir != "" {
-		rc.Files = &session.StateDir{Path: c.Config.StateDir}
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < c.Config.Workers; i++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); work(ctx, c.Log, rq, "reconcile", c.Metrics.observeReconcile, rc.Reconcile) }()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		work(ctx, c.Log, jq, "act on the job", nil, func(ctx context.Context, id uuid.UUID) (reconcile.Result, error) {
-			return reconcile.Result{}, ja.Act(ctx, id)
-		})
-	}()
-	if c.Config.Retention > 0 {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.prune(ctx) }()
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); c.watchReady(ctx, rc.Liveness, rq) }()
-	relist()
-	c.sweepFiles(ctx)
-	tune := c.Tuning()
-	poll := time.NewTicker(tune.PollInterval)
-	resync := time.NewTicker(c.Config.Resync)
-	full := time.NewTicker(c.Config.FullResync)
-	sweep := newSweepTicker(tune.Sweep)
-	defer poll.Stop()
-	defer resync.Stop()
-	defer full.Stop()
-	defer func() { sweep.stop() }()
-	failing := 0
-	for {
-		// A retune takes effect here, between two polls: the poller is not running.
-		if t := c.Tuning(); t != tune {
-			if t.PollInterval != tune.PollInterval {
-				poll.Reset(t.PollInterval)
-			}
-			if t.Sweep != tune.Sweep {
-				sweep.stop()
-				sweep = newSweepTicker(t.Sweep)
-			}
-			if t.Lookahead != tune.Lookahead {
-				p.Lookahead = t.Lookahead
-				p.Kick() // the listing may not have changed, but what is selected from it has
-			}
-			tune = t
-		}
-		err := p.Poll(ctx)
-		c.Metrics.observePoll(err)
-		if ctx.Err() == nil {
-			c.health.set(&c.health.slurm, err)
-		}
-		switch {
-		case err != nil && ctx.Err() == nil:
-			failing++
-			// Say it at once, then every tenth time, so a long outage of slurmrestd shows without flooding.
-			if failing == 1 || failing%10 == 0 {
-				c.Log.Error(err, "poll failed; retrying", "failuresInARow", failing)
-			}
-		case err == nil && failing > 0:
-			c.Log.Info("poll works again", "after", failing)
-			failing = 0
-		}
-		if !c.waitForPoll(ctx, poll.C, resync.C, full.C, sweep.c, relisting, relist, func() { c.relist(ctx, false, rq, jq) }) {
-			rq.ShutDown()
-			jq.ShutDown()
-			wg.Wait()
-			return
-		}
-	}
+			return leader.Actors{Poller: &termPoller{Poller: p, c: c, lookahead: c.Tuning().Lookahead},
+				Reconciler: rc, Liveness: rc.Liveness, Jobs: ja}
+		}}
+	term.Run(ctx)
 }
 
-// waitForPoll waits until the next poll is due, re-listing and sweeping meanwhile when those are due; false
-// when ctx ended.
-func (c *Controller) waitForPoll(ctx context.Context, poll, resync, full, sweepDue <-chan time.Time, relisting <-chan struct{},
-	relist, relistUnsettled func()) bool {
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-poll:
-			return true
-		case <-c.retuned:
-			return true
-		case <-relisting:
-			relist()
-		case <-resync:
-			relistUnsettled()
-		case <-full:
-			relist()
-		case <-sweepDue:
-			n, err := sweep.Sessions(ctx, c.Store, c.Juice, c.Log.WithName("sweep"))
-			c.Metrics.observeSweep(n, err)
-			if err != nil {
-				c.Log.Error(err, "sweep failed")
-			}
-			c.sweepFiles(ctx)
-		}
+// termPoller is the poller as a term drives it: a retuned look-ahead applies before the next poll, and each
+// poll's outcome goes to the metrics and to /readyz.
+type termPoller struct {
+	*Poller
+	c         *Controller
+	lookahead reconcile.Lookahead // the tuning's, as of the last poll
+}
+
+func (t *termPoller) Poll(ctx context.Context) error {
+	if la := t.c.Tuning().Lookahead; la != t.lookahead {
+		t.lookahead = la
+		t.Poller.Lookahead = la
+		t.Kick() // the listing may not have changed, but what is selected from it has
 	}
+	err := t.Poller.Poll(ctx)
+	t.c.Metrics.observePoll(err)
+	if ctx.Err() == nil {
+		t.c.health.set(&t.c.health.slurm, err)
+	}
+	return err
+}
+
+// sweep cancels the orphaned sessions and removes the stale session files, at each sweep interval while leading.
+func (c *Controller) sweep(ctx context.Context) {
+	n, err := sweep.Sessions(ctx, c.Store, c.Juice, c.Log.WithName("sweep"))
+	c.Metrics.observeSweep(n, err)
+	if err != nil {
+		c.Log.Error(err, "sweep failed")
+	}
+	c.sweepFiles(ctx)
 }
 
 // sweepFiles removes the stale session files of the state directory, when it is on this host.
@@ -533,121 +445,5 @@ func (c *Controller) sweepFiles(ctx context.Context) {
 	}
 	if _, err := sweep.Files(ctx, c.Store, &session.StateDir{Path: c.Config.StateDir}, c.Log.WithName("sweep")); err != nil {
 		c.Log.Error(err, "sweep of the state directory failed")
-	}
-}
-
-// prune deletes the runs that ended more than the retention ago, now and every PruneInterval, while leading.
-func (c *Controller) prune(ctx context.Context) {
-	t := time.NewTicker(c.Config.PruneInterval)
-	defer t.Stop()
-	for {
-		n, err := c.Store.Prune(ctx, time.Now().Add(-c.Config.Retention))
-		c.Metrics.observePrune(n, err)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			c.Log.Error(err, "prune the runs that ended", "retention", c.Config.Retention.String())
-		case n > 0:
-			c.Log.Info("pruned the runs that ended", "reservations", n, "retention", c.Config.Retention.String())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// sweepTicker ticks every interval, or never when the interval is not positive.
-type sweepTicker struct {
-	c    <-chan time.Time
-	stop func()
-}
-
-func newSweepTicker(every time.Duration) sweepTicker {
-	if every <= 0 {
-		return sweepTicker{stop: func() {}}
-	}
-	t := time.NewTicker(every)
-	return sweepTicker{c: t.C, stop: t.Stop}
-}
-
-// relist hands every open reservation to both actors.
-func (c *Controller) relist(ctx context.Context, all bool, queues ...*queue.Queue[uuid.UUID]) {
-	ids, err := c.Store.OpenIDs(ctx, all)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.Log.Error(err, "re-list the open reservations", "steadyToo", all)
-		}
-		return
-	}
-	for _, id := range ids {
-		for _, q := range queues {
-			q.Add(id)
-		}
-	}
-}
-
-// watchReady compares the ready runs with a walk of their pools every ReadyCheck, while leading, and hands the
-// reconciler those whose session is not plainly alive: a quiet cluster's ready runs cost a walk of each pool per
-// period and no pass.
-func (c *Controller) watchReady(ctx context.Context, l *reconcile.Liveness, rq *queue.Queue[uuid.UUID]) {
-	t := time.NewTicker(c.Config.ReadyCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		runs, err := c.Store.Ready(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.Log.Error(err, "list the ready runs to check their sessions")
-			}
-			continue
-		}
-		suspects, err := l.Suspects(ctx, runs)
-		if err != nil && ctx.Err() == nil {
-			c.Log.Error(err, "walk the pools of the ready runs; their runs are checked one by one")
-		}
-		for _, id := range suspects {
-			rq.Add(id)
-		}
-		c.Log.V(1).Info("checked the ready runs against their pools", "ready", len(runs), "suspects", len(suspects))
-	}
-}
-
-// work runs one actor's passes over the keys of q until it shuts down: a failed pass is retried with backoff, a
-// conflicting write at once (on the fresh row), and a pass may ask to be run again after a while.
-func work(ctx context.Context, log logr.Logger, q *queue.Queue[uuid.UUID], what string, observe func(time.Time, error),
-	pass func(context.Context, uuid.UUID) (reconcile.Result, error)) {
-	for {
-		id, ok := q.Get()
-		if !ok {
-			return
-		}
-		start := time.Now()
-		res, err := pass(ctx, id)
-		if observe != nil {
-			observe(start, err)
-		}
-		switch {
-		case ctx.Err() != nil:
-		case errors.Is(err, reconcile.ErrConflict):
-			// Another status write came first (a former leader's last pass): decide again on the fresh row.
-			q.Add(id)
-		case err != nil:
-			n := q.Failures(id)
-			if n == 0 || n%10 == 9 {
-				log.Error(err, what+" failed; retrying with backoff", "reservation", id, "failuresInARow", n+1)
-			}
-			q.AddRateLimited(id)
-		default:
-			q.Forget(id)
-			if res.RequeueAfter > 0 {
-				q.AddAfter(id, res.RequeueAfter)
-			}
-		}
-		q.Done(id)
 	}
 }

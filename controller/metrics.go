@@ -160,7 +160,8 @@ func (m *Metrics) ObserveHookRefused(limit string) {
 	}
 }
 
-func (m *Metrics) observeReconcile(start time.Time, err error) {
+// ObserveReconcile times one reconcile pass and counts it when it failed.
+func (m *Metrics) ObserveReconcile(start time.Time, err error) {
 	if m == nil {
 		return
 	}
@@ -218,7 +219,8 @@ func (m *Metrics) observeSweep(cancelled int, err error) {
 	m.sweptSessions.Add(float64(cancelled))
 }
 
-func (m *Metrics) observePrune(n int64, err error) {
+// ObservePrune counts the reservations one prune deleted, by its result.
+func (m *Metrics) ObservePrune(n int64, err error) {
 	if m == nil {
 		return
 	}
@@ -233,11 +235,12 @@ func (m *Metrics) ObserveHook(hook, outcome string) {
 	m.hookRequests.WithLabelValues(hook, outcome).Inc()
 }
 
-// leadQueues exports the depths of the leader's queues while it leads; the returned func stops that.
-func (m *Metrics) leadQueues(q queueLengths) func() {
+// LeadQueues exports the depths of the leader's queues while it leads; the returned func stops that.
+func (m *Metrics) LeadQueues(lengths map[string]func() int) func() {
 	if m == nil {
 		return func() {}
 	}
+	q := queueLengths(lengths)
 	m.queues.Store(&q)
 	return func() { m.queues.Store(nil) }
 }
