@@ -1,10 +1,12 @@
-// Package controller is the juice-slurm service at run time. Every replica serves the hook API (hookserver.go)
-// from PostgreSQL; the replica that holds the leader lease also runs
+// Package controller is the juice-slurm service at run time: it holds the configuration, builds the services and
+// starts and stops them. Every replica serves the hook API (package hookserver) from PostgreSQL; the replica that
+// holds the leader lease (leader.Elector) also runs a term of leading (leader.Term):
 //
 //   - the Poller, which observes slurmrestd and records what it sees and wants in each reservation's spec;
 //   - the reconcile workers, which run the reconcile.Reconciler, the one actor on the Juice Controller;
-//   - the JobActor, the one actor on Slurm's jobs (a requeued run begins at once when its session is ready);
-//   - the sweep, which cancels sessions that belong to no live run.
+//   - the job actor (package jobactor), the one actor on Slurm's jobs (a requeued run begins at once when its
+//     session is ready);
+//   - the sweep (package sweep), which cancels sessions that belong to no live run.
 //
 // The actors hear of changes through PostgreSQL's NOTIFY (package notify), re-list after every (re)subscribe,
 // and re-list on a timer as a last resort.
@@ -25,18 +27,22 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/juice-slurm/juice-slurm/controller/hookserver"
+	"github.com/juice-slurm/juice-slurm/controller/jobactor"
 	"github.com/juice-slurm/juice-slurm/controller/juiceport"
 	"github.com/juice-slurm/juice-slurm/controller/leader"
 	"github.com/juice-slurm/juice-slurm/controller/notify"
-	"github.com/juice-slurm/juice-slurm/controller/queue"
-	"github.com/juice-slurm/juice-slurm/internal/backoff"
+	"github.com/juice-slurm/juice-slurm/controller/sweep"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/policy"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
 )
 
 // Config tunes the controller; zero values take the defaults below.
@@ -96,8 +102,8 @@ type Config struct {
 	// listener that proves it holds the key of the certificate they pin. Nil serves plain HTTP (tests).
 	HookTLS *tls.Config
 	// MaxHookConns and MaxHookConnsPerPeer cap the hook API's connections, in all and per peer (package peer);
-	// MaxWaitsPerPeer caps a peer's concurrent calls. Defaults DefaultMaxConns, DefaultMaxConnsPerPeer,
-	// DefaultMaxWaitsPerPeer.
+	// MaxWaitsPerPeer caps a peer's concurrent calls. Defaults hookserver.DefaultMaxConns, DefaultMaxConnsPerPeer
+	// and DefaultMaxWaitsPerPeer.
 	MaxHookConns, MaxHookConnsPerPeer, MaxWaitsPerPeer int
 }
 
@@ -126,12 +132,6 @@ func (c *Config) defaults() {
 	}
 	if c.HookListen == "" {
 		c.HookListen = "127.0.0.1:7171"
-	}
-	if c.MaxHookConns == 0 {
-		c.MaxHookConns = DefaultMaxConns
-	}
-	if c.MaxHookConnsPerPeer == 0 {
-		c.MaxHookConnsPerPeer = DefaultMaxConnsPerPeer
 	}
 }
 
@@ -170,7 +170,7 @@ type Controller struct {
 	Key    session.KeySource // the cluster key, for sealing session files
 	Secret *secretfile.File  // the hook secret
 	// Ender requeues or cancels a job whose run lost its session (nil: logged only).
-	Ender   JobEnder
+	Ender   jobactor.Ender
 	Log     logr.Logger
 	Metrics *Metrics
 	// Listener, when set, is used by the hook API instead of listening on HookListen (tests).
@@ -195,11 +195,17 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.Metrics = NewMetrics(c.Store)
 	}
 	c.Metrics.SetPolicy(c.Config.Policy)
-	c.Juice = watchJuice{InstrumentJuice(c.Juice, c.Metrics), &c.health}
+	c.Juice = observedJuice{c.Juice, func(op string, start time.Time, err error) {
+		c.Metrics.observeJuice(op, start, err)
+		c.health.noteJuice(err)
+	}}
 	hub := &notify.Hub{Pool: c.Store.Pool(), Cluster: c.Config.Cluster, Log: c.Log.WithName("notify"), Connect: c.listen}
-	hooks := &HookServer{Store: c.Store, Hub: hub, Jobs: c.Slurm, Secret: c.Secret, Metrics: c.Metrics,
-		Log: c.Log.WithName("hooks"), MaxWait: c.Config.MaxHookWait, TrustComment: c.Config.TrustComment,
-		MaxWaitsPerPeer: c.Config.MaxWaitsPerPeer, Ready: c.ready, Unmunge: c.Config.Unmunge}
+	trust := c.Config.TrustComment
+	hooks := &hookserver.Server{Store: c.Store, Hub: hub, Jobs: c.Slurm, Secret: c.Secret, Metrics: c.Metrics,
+		Log: c.Log.WithName("hooks"), MaxWait: c.Config.MaxHookWait, Ready: c.ready, Unmunge: c.Config.Unmunge,
+		JobRequest:      func(j *slurmrest.Job) (request.Request, error) { return JobRequest(j, trust) },
+		MaxWaitsPerPeer: c.Config.MaxWaitsPerPeer, MaxConns: c.Config.MaxHookConns,
+		MaxConnsPerPeer: c.Config.MaxHookConnsPerPeer, TLS: c.Config.HookTLS}
 	ln := c.Listener
 	if ln == nil {
 		var err error
@@ -207,25 +213,14 @@ func (c *Controller) Run(ctx context.Context) error {
 			return fmt.Errorf("hook API: %w", err)
 		}
 	}
-	// Over a cap, a connection is closed at once: what one peer opens never keeps another out (F4).
-	ln = newLimitListener(ln, c.Config.MaxHookConns, c.Config.MaxHookConnsPerPeer, func(string) {
-		c.Metrics.observeHookRefused("connections")
-	})
-	if c.Config.HookTLS != nil {
-		ln = tls.NewListener(ln, c.Config.HookTLS)
-	}
+	ln = hooks.Listen(ln)
 	mln, err := c.metricsListener()
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	// Timeouts fit for long waits: a connection must finish its TLS handshake and headers within 10 s and its
-	// small body within 30 s, an answer may take the longest wait and then some, and an idle connection is closed
-	// after a minute. A connection that says nothing holds its place for 10 s at most.
-	srv := &http.Server{Handler: hooks.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: c.Config.MaxHookWait + 30*time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
-		ConnContext: withPeer, ErrorLog: quietTLSLog(c.Log)}
-	msrv := &http.Server{Handler: hooks.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := hooks.HTTPServer()
+	msrv := &http.Server{Handler: c.probeHandler(), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	if mln != nil {
 		wg.Add(1)
@@ -343,45 +338,24 @@ func (c *Controller) ready(ctx context.Context) error {
 	return nil
 }
 
-// watchJuice notes in health whether the Juice Controller can be reached: a call that could not get through, or
-// was not let in, makes the leader unready; any answer (even "not found" or "no capacity") makes it ready again.
-type watchJuice struct {
-	juiceapi.Client
-	h *health
-}
-
-func (w watchJuice) note(err error) {
+// noteJuice notes whether the Juice Controller can be reached: a call that could not get through, or was not let
+// in, makes the leader unready; any answer (even "not found" or "no capacity") makes it ready again.
+func (h *health) noteJuice(err error) {
 	if err != nil && !errors.Is(err, juiceapi.ErrUnavailable) && !errors.Is(err, juiceapi.ErrUnauthorized) {
 		err = nil
 	}
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	w.h.set(&w.h.juice, err)
+	h.set(&h.juice, err)
 }
 
-func (w watchJuice) RequestSession(ctx context.Context, key uuid.UUID, req juiceapi.SessionRequest) (string, error) {
-	id, err := w.Client.RequestSession(ctx, key, req)
-	w.note(err)
-	return id, err
-}
-
-func (w watchJuice) GetSession(ctx context.Context, id string) (*juiceapi.Session, error) {
-	s, err := w.Client.GetSession(ctx, id)
-	w.note(err)
-	return s, err
-}
-
-func (w watchJuice) CancelSession(ctx context.Context, id string) error {
-	err := w.Client.CancelSession(ctx, id)
-	w.note(err)
-	return err
-}
-
-func (w watchJuice) ListAgents(ctx context.Context, pool string) ([]juiceapi.Agent, error) {
-	a, err := w.Client.ListAgents(ctx, pool)
-	w.note(err)
-	return a, err
+// probeHandler serves /metrics, /healthz and /readyz: the metrics listener, apart from the hook API.
+func (c *Controller) probeHandler() http.Handler {
+	mux := http.NewServeMux()
+	hookserver.Probes(mux, c.ready)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Metrics.Registry, promhttp.HandlerOpts{}))
+	return mux
 }
 
 // metricsListener listens for /metrics; nil when metrics are off.
@@ -406,152 +380,64 @@ func (c *Controller) metricsListener() (net.Listener, error) {
 	return ln, nil
 }
 
-// retries is the work queues' backoff for a key whose pass failed.
-var retries = backoff.Policy{Base: 200 * time.Millisecond, Max: time.Minute}
-
-// lead runs the poller, the actors, the re-lists and the sweep while this replica holds the lease.
+// lead runs one term of leading (leader.Term) while this replica holds the lease: the poller, the actors, the
+// re-lists, the sweep and the prune.
 func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
-	rq := queue.New[uuid.UUID](ctx, retries) // the reconciler's
-	jq := queue.New[uuid.UUID](ctx, retries) // the job actor's
-	defer c.Metrics.leadQueues(queueLengths{
-		"reconcile": func() int { return rq.Len() + rq.Waiting() },
-		"jobs":      func() int { return jq.Len() + jq.Waiting() },
-	})()
-	p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
-		Pace: c.Config.ListPace, FullListings: c.Config.FullListings, TrustComment: c.Config.TrustComment,
-		Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: rq.Add}
-	ja := &JobActor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
-	// Each actor hears of the changes it acts on: the reconciler of what observers want (its own status writes
-	// need no second pass), the job actor of what Slurm says and of the reconciler's moves.
-	defer hub.OnChange(func(ch notify.Change) {
-		switch ch.Kind {
-		case store.KindCreated:
-			p.Kick()
-			rq.Add(ch.ID)
-		case store.KindSpec:
-			rq.Add(ch.ID)
-		case store.KindObserved:
-			jq.Add(ch.ID)
-		case store.KindStatus:
-			if ja.Moves(ch.ID, ch.State) {
-				jq.Add(ch.ID)
+	term := &leader.Term{Store: c.Store, Hub: hub, Log: c.Log, Metrics: c.Metrics, Workers: c.Config.Workers,
+		Tuning: func() (time.Duration, time.Duration) {
+			t := c.Tuning()
+			return t.PollInterval, t.Sweep
+		},
+		Retuned: c.retuned, Resync: c.Config.Resync, FullResync: c.Config.FullResync, ReadyCheck: c.Config.ReadyCheck,
+		Retention: c.Config.Retention, PruneInterval: c.Config.PruneInterval, Sweep: c.sweep, SweepFiles: c.sweepFiles,
+		Actors: func(enqueue func(uuid.UUID)) leader.Actors {
+			p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
+				Pace: c.Config.ListPace, FullListings: c.Config.FullListings, TrustComment: c.Config.TrustComment,
+				Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: enqueue}
+			ja := &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
+			juice := juiceport.New(c.Juice)
+			rc := &reconcile.Reconciler{Store: c.Store, Juice: juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
+				WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
+				Liveness: &reconcile.Liveness{Juice: juice, Period: c.Config.ReadyCheck, Watched: true}}
+			if c.Config.StateDir != "" {
+				rc.Files = &session.StateDir{Path: c.Config.StateDir}
 			}
-		}
-	})()
-	relist := func() { c.relist(ctx, true, rq, jq) }
-	// Whatever changed while LISTEN was down was not announced: re-list after every (re)subscribe.
-	relisting := make(chan struct{}, 1)
-	defer hub.OnConnect(func() {
-		select {
-		case relisting <- struct{}{}:
-		default:
-		}
-	})()
-	juice := juiceport.New(c.Juice)
-	rc := &reconcile.Reconciler{Store: c.Store, Juice: juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
-		WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
-		Liveness: &reconcile.Liveness{Juice: juice, Period: c.Config.ReadyCheck, Watched: true}}
-	if c.Config.StateDir != "" {
-		rc.Files = &session.StateDir{Path: c.Config.StateDir}
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < c.Config.Workers; i++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); work(ctx, c.Log, rq, "reconcile", c.Metrics.observeReconcile, rc.Reconcile) }()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		work(ctx, c.Log, jq, "act on the job", nil, func(ctx context.Context, id uuid.UUID) (reconcile.Result, error) {
-			return reconcile.Result{}, ja.Act(ctx, id)
-		})
-	}()
-	if c.Config.Retention > 0 {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.prune(ctx) }()
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); c.watchReady(ctx, rc.Liveness, rq) }()
-	relist()
-	c.sweepFiles(ctx)
-	tune := c.Tuning()
-	poll := time.NewTicker(tune.PollInterval)
-	resync := time.NewTicker(c.Config.Resync)
-	full := time.NewTicker(c.Config.FullResync)
-	sweep := newSweepTicker(tune.Sweep)
-	defer poll.Stop()
-	defer resync.Stop()
-	defer full.Stop()
-	defer func() { sweep.stop() }()
-	failing := 0
-	for {
-		// A retune takes effect here, between two polls: the poller is not running.
-		if t := c.Tuning(); t != tune {
-			if t.PollInterval != tune.PollInterval {
-				poll.Reset(t.PollInterval)
-			}
-			if t.Sweep != tune.Sweep {
-				sweep.stop()
-				sweep = newSweepTicker(t.Sweep)
-			}
-			if t.Lookahead != tune.Lookahead {
-				p.Lookahead = t.Lookahead
-				p.Kick() // the listing may not have changed, but what is selected from it has
-			}
-			tune = t
-		}
-		err := p.Poll(ctx)
-		c.Metrics.observePoll(err)
-		if ctx.Err() == nil {
-			c.health.set(&c.health.slurm, err)
-		}
-		switch {
-		case err != nil && ctx.Err() == nil:
-			failing++
-			// Say it at once, then every tenth time, so a long outage of slurmrestd shows without flooding.
-			if failing == 1 || failing%10 == 0 {
-				c.Log.Error(err, "poll failed; retrying", "failuresInARow", failing)
-			}
-		case err == nil && failing > 0:
-			c.Log.Info("poll works again", "after", failing)
-			failing = 0
-		}
-		if !c.waitForPoll(ctx, poll.C, resync.C, full.C, sweep.c, relisting, relist, func() { c.relist(ctx, false, rq, jq) }) {
-			rq.ShutDown()
-			jq.ShutDown()
-			wg.Wait()
-			return
-		}
-	}
+			return leader.Actors{Poller: &termPoller{Poller: p, c: c, lookahead: c.Tuning().Lookahead},
+				Reconciler: rc, Liveness: rc.Liveness, Jobs: ja}
+		}}
+	term.Run(ctx)
 }
 
-// waitForPoll waits until the next poll is due, re-listing and sweeping meanwhile when those are due; false
-// when ctx ended.
-func (c *Controller) waitForPoll(ctx context.Context, poll, resync, full, sweep <-chan time.Time, relisting <-chan struct{},
-	relist, relistUnsettled func()) bool {
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-poll:
-			return true
-		case <-c.retuned:
-			return true
-		case <-relisting:
-			relist()
-		case <-resync:
-			relistUnsettled()
-		case <-full:
-			relist()
-		case <-sweep:
-			n, err := Sweep(ctx, c.Store, c.Juice, c.Log.WithName("sweep"))
-			c.Metrics.observeSweep(n, err)
-			if err != nil {
-				c.Log.Error(err, "sweep failed")
-			}
-			c.sweepFiles(ctx)
-		}
+// termPoller is the poller as a term drives it: a retuned look-ahead applies before the next poll, and each
+// poll's outcome goes to the metrics and to /readyz.
+type termPoller struct {
+	*Poller
+	c         *Controller
+	lookahead reconcile.Lookahead // the tuning's, as of the last poll
+}
+
+func (t *termPoller) Poll(ctx context.Context) error {
+	if la := t.c.Tuning().Lookahead; la != t.lookahead {
+		t.lookahead = la
+		t.Poller.Lookahead = la
+		t.Kick() // the listing may not have changed, but what is selected from it has
 	}
+	err := t.Poller.Poll(ctx)
+	t.c.Metrics.observePoll(err)
+	if ctx.Err() == nil {
+		t.c.health.set(&t.c.health.slurm, err)
+	}
+	return err
+}
+
+// sweep cancels the orphaned sessions and removes the stale session files, at each sweep interval while leading.
+func (c *Controller) sweep(ctx context.Context) {
+	n, err := sweep.Sessions(ctx, c.Store, c.Juice, c.Log.WithName("sweep"))
+	c.Metrics.observeSweep(n, err)
+	if err != nil {
+		c.Log.Error(err, "sweep failed")
+	}
+	c.sweepFiles(ctx)
 }
 
 // sweepFiles removes the stale session files of the state directory, when it is on this host.
@@ -559,123 +445,7 @@ func (c *Controller) sweepFiles(ctx context.Context) {
 	if c.Config.StateDir == "" {
 		return
 	}
-	if _, err := SweepFiles(ctx, c.Store, &session.StateDir{Path: c.Config.StateDir}, c.Log.WithName("sweep")); err != nil {
+	if _, err := sweep.Files(ctx, c.Store, &session.StateDir{Path: c.Config.StateDir}, c.Log.WithName("sweep")); err != nil {
 		c.Log.Error(err, "sweep of the state directory failed")
-	}
-}
-
-// prune deletes the runs that ended more than the retention ago, now and every PruneInterval, while leading.
-func (c *Controller) prune(ctx context.Context) {
-	t := time.NewTicker(c.Config.PruneInterval)
-	defer t.Stop()
-	for {
-		n, err := c.Store.Prune(ctx, time.Now().Add(-c.Config.Retention))
-		c.Metrics.observePrune(n, err)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			c.Log.Error(err, "prune the runs that ended", "retention", c.Config.Retention.String())
-		case n > 0:
-			c.Log.Info("pruned the runs that ended", "reservations", n, "retention", c.Config.Retention.String())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// sweepTicker ticks every interval, or never when the interval is not positive.
-type sweepTicker struct {
-	c    <-chan time.Time
-	stop func()
-}
-
-func newSweepTicker(every time.Duration) sweepTicker {
-	if every <= 0 {
-		return sweepTicker{stop: func() {}}
-	}
-	t := time.NewTicker(every)
-	return sweepTicker{c: t.C, stop: t.Stop}
-}
-
-// relist hands every open reservation to both actors.
-func (c *Controller) relist(ctx context.Context, all bool, queues ...*queue.Queue[uuid.UUID]) {
-	ids, err := c.Store.OpenIDs(ctx, all)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.Log.Error(err, "re-list the open reservations", "steadyToo", all)
-		}
-		return
-	}
-	for _, id := range ids {
-		for _, q := range queues {
-			q.Add(id)
-		}
-	}
-}
-
-// watchReady compares the ready runs with a walk of their pools every ReadyCheck, while leading, and hands the
-// reconciler those whose session is not plainly alive: a quiet cluster's ready runs cost a walk of each pool per
-// period and no pass.
-func (c *Controller) watchReady(ctx context.Context, l *reconcile.Liveness, rq *queue.Queue[uuid.UUID]) {
-	t := time.NewTicker(c.Config.ReadyCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		runs, err := c.Store.Ready(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.Log.Error(err, "list the ready runs to check their sessions")
-			}
-			continue
-		}
-		suspects, err := l.Suspects(ctx, runs)
-		if err != nil && ctx.Err() == nil {
-			c.Log.Error(err, "walk the pools of the ready runs; their runs are checked one by one")
-		}
-		for _, id := range suspects {
-			rq.Add(id)
-		}
-		c.Log.V(1).Info("checked the ready runs against their pools", "ready", len(runs), "suspects", len(suspects))
-	}
-}
-
-// work runs one actor's passes over the keys of q until it shuts down: a failed pass is retried with backoff, a
-// conflicting write at once (on the fresh row), and a pass may ask to be run again after a while.
-func work(ctx context.Context, log logr.Logger, q *queue.Queue[uuid.UUID], what string, observe func(time.Time, error),
-	pass func(context.Context, uuid.UUID) (reconcile.Result, error)) {
-	for {
-		id, ok := q.Get()
-		if !ok {
-			return
-		}
-		start := time.Now()
-		res, err := pass(ctx, id)
-		if observe != nil {
-			observe(start, err)
-		}
-		switch {
-		case ctx.Err() != nil:
-		case errors.Is(err, reconcile.ErrConflict):
-			// Another status write came first (a former leader's last pass): decide again on the fresh row.
-			q.Add(id)
-		case err != nil:
-			n := q.Failures(id)
-			if n == 0 || n%10 == 9 {
-				log.Error(err, what+" failed; retrying with backoff", "reservation", id, "failuresInARow", n+1)
-			}
-			q.AddRateLimited(id)
-		default:
-			q.Forget(id)
-			if res.RequeueAfter > 0 {
-				q.AddAfter(id, res.RequeueAfter)
-			}
-		}
-		q.Done(id)
 	}
 }

@@ -9,51 +9,45 @@ import (
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 )
 
-// instrumentedJuice times every call to the Juice Controller.
-type instrumentedJuice struct {
+// observedJuice hands every call to the Juice Controller, with when it started and how it ended, to observe: the
+// one wrapper of the client, through which the metrics time each call and the leader's health notes whether the
+// Juice Controller can be reached.
+type observedJuice struct {
 	juiceapi.Client
-	m *Metrics
+	observe func(op string, start time.Time, err error)
 }
 
-// InstrumentJuice wraps c so that each call is counted and timed in m.
-func InstrumentJuice(c juiceapi.Client, m *Metrics) juiceapi.Client {
-	if m == nil {
-		return c
-	}
-	return instrumentedJuice{c, m}
-}
-
-func (i instrumentedJuice) RequestSession(ctx context.Context, key uuid.UUID, req juiceapi.SessionRequest) (string, error) {
+func (o observedJuice) RequestSession(ctx context.Context, key uuid.UUID, req juiceapi.SessionRequest) (string, error) {
 	start := time.Now()
-	id, err := i.Client.RequestSession(ctx, key, req)
-	i.m.observeJuice("request_session", start, err)
+	id, err := o.Client.RequestSession(ctx, key, req)
+	o.observe("request_session", start, err)
 	return id, err
 }
 
-func (i instrumentedJuice) GetSession(ctx context.Context, id string) (*juiceapi.Session, error) {
+func (o observedJuice) GetSession(ctx context.Context, id string) (*juiceapi.Session, error) {
 	start := time.Now()
-	s, err := i.Client.GetSession(ctx, id)
-	i.m.observeJuice("get_session", start, err)
+	s, err := o.Client.GetSession(ctx, id)
+	o.observe("get_session", start, err)
 	return s, err
 }
 
-func (i instrumentedJuice) CancelSession(ctx context.Context, id string) error {
+func (o observedJuice) CancelSession(ctx context.Context, id string) error {
 	start := time.Now()
-	err := i.Client.CancelSession(ctx, id)
-	i.m.observeJuice("cancel_session", start, err)
+	err := o.Client.CancelSession(ctx, id)
+	o.observe("cancel_session", start, err)
 	return err
 }
 
-func (i instrumentedJuice) ListAgents(ctx context.Context, pool string) ([]juiceapi.Agent, error) {
+func (o observedJuice) ListAgents(ctx context.Context, pool string) ([]juiceapi.Agent, error) {
 	start := time.Now()
-	a, err := i.Client.ListAgents(ctx, pool)
-	i.m.observeJuice("list_agents", start, err)
+	a, err := o.Client.ListAgents(ctx, pool)
+	o.observe("list_agents", start, err)
 	return a, err
 }
 
-func (i instrumentedJuice) GetAgent(ctx context.Context, id string) (*juiceapi.Agent, error) {
+func (o observedJuice) GetAgent(ctx context.Context, id string) (*juiceapi.Agent, error) {
 	start := time.Now()
-	a, err := i.Client.GetAgent(ctx, id)
-	i.m.observeJuice("get_agent", start, err)
+	a, err := o.Client.GetAgent(ctx, id)
+	o.observe("get_agent", start, err)
 	return a, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/controller/juiceport"
+	"github.com/juice-slurm/juice-slurm/controller/sweep"
 	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
@@ -108,7 +109,7 @@ func TestLegacyCancelNeverReopens(t *testing.T) {
 	h.driveTo(rc, r.ID, reconcile.StateReleased)
 	require.NoError(t, h.juice.CancelSession(ctx, r.Status.SessionID), "cancel twice")
 	require.NoError(t, h.juice.CancelSession(ctx, r.Status.SessionID), "and three times")
-	_, err = Sweep(ctx, h.store, h.juice, h.log)
+	_, err = sweep.Sessions(ctx, h.store, h.juice, h.log)
 	require.NoError(t, err)
 	require.Zero(t, h.sim.Sim.Reopened())
 	s, err := h.juice.GetSession(ctx, r.Status.SessionID)

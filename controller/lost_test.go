@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
@@ -17,7 +16,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 )
 
-// recordingEnder records what the JobActor asks, and plays Slurm's part: a requeued job gets its next run, a
+// recordingEnder records what the job actor asks, and plays Slurm's part: a requeued job gets its next run, a
 // cancelled one ends.
 type recordingEnder struct {
 	slurm *fakeslurm.Slurm
@@ -165,20 +164,5 @@ func TestQuietReadyRunsCostNoPasses(t *testing.T) {
 	})
 	for _, job := range []uint32{81, 83, 84} {
 		require.Equal(t, reconcile.StateReady, h.stateOf(reconcile.RunID{Cluster: "c1", JobID: job}))
-	}
-}
-
-// The job actor hears of the reconciler's moves it may act on, and of those only: two of the three moves of a
-// run served (requesting, waiting) cost it no pass, unless it told the run's job to wait.
-func TestJobActorHearsOnlyTheMovesItActsOn(t *testing.T) {
-	a := &JobActor{}
-	id, told := uuid.New(), uuid.New()
-	a.told = map[uuid.UUID]string{told: "juice: waiting"}
-	for state, want := range map[reconcile.State]bool{
-		reconcile.StatePending: true, reconcile.StateReady: true, reconcile.StateFailed: true,
-		reconcile.StateRequesting: false, reconcile.StateWaiting: false, reconcile.StateReleasing: false, reconcile.StateReleased: false,
-	} {
-		require.Equal(t, want, a.Moves(id, state), "move to %s", state)
-		require.True(t, a.Moves(told, state), "move to %s of a run told to wait", state)
 	}
 }

@@ -180,13 +180,15 @@ func (m *Metrics) WatchTokenExpiry(name string, token func() (string, error)) {
 
 // The methods accept a nil *Metrics, so tests and tools can leave metrics out.
 
-func (m *Metrics) observeHookRefused(limit string) {
+// ObserveHookRefused counts a hook API connection closed, or a call refused, over the limit.
+func (m *Metrics) ObserveHookRefused(limit string) {
 	if m != nil {
 		m.hookRefused.WithLabelValues(limit).Inc()
 	}
 }
 
-func (m *Metrics) observeReconcile(start time.Time, err error) {
+// ObserveReconcile times one reconcile pass and counts it when it failed.
+func (m *Metrics) ObserveReconcile(start time.Time, err error) {
 	if m == nil {
 		return
 	}
@@ -203,14 +205,16 @@ func (m *Metrics) observeReady(r *reconcile.Reservation) {
 	m.submitToReady.Observe(r.Status.ReadyAt.Sub(r.CreatedAt).Seconds())
 }
 
-func (m *Metrics) observePrologWait(d time.Duration, outcome string) {
+// ObservePrologWait times a prolog's wait by its outcome.
+func (m *Metrics) ObservePrologWait(d time.Duration, outcome string) {
 	if m == nil {
 		return
 	}
 	m.prologWait.WithLabelValues(outcome).Observe(d.Seconds())
 }
 
-func (m *Metrics) observeSlurm(op string, err error) {
+// ObserveSlurm counts one call of slurmrestd by its operation and result.
+func (m *Metrics) ObserveSlurm(op string, err error) {
 	if m == nil {
 		return
 	}
@@ -242,9 +246,9 @@ func (m *Metrics) observeSweep(cancelled int, err error) {
 	m.sweptSessions.Add(float64(cancelled))
 }
 
-// observePrune counts one prune by its result, and the reservations it deleted: a prune that failed after some
+// ObservePrune counts one prune by its result, and the reservations it deleted: a prune that failed after some
 // batches deleted those rows all the same, and a failure counts once however many rows went before it.
-func (m *Metrics) observePrune(n int64, err error) {
+func (m *Metrics) ObservePrune(n int64, err error) {
 	if m == nil {
 		return
 	}
@@ -255,18 +259,20 @@ func (m *Metrics) observePrune(n int64, err error) {
 	m.prunes.WithLabelValues(result(err)).Inc()
 }
 
-func (m *Metrics) observeHook(hook, outcome string) {
+// ObserveHook counts one call of a hook by its outcome.
+func (m *Metrics) ObserveHook(hook, outcome string) {
 	if m == nil {
 		return
 	}
 	m.hookRequests.WithLabelValues(hook, outcome).Inc()
 }
 
-// leadQueues exports the depths of the leader's queues while it leads; the returned func stops that.
-func (m *Metrics) leadQueues(q queueLengths) func() {
+// LeadQueues exports the depths of the leader's queues while it leads; the returned func stops that.
+func (m *Metrics) LeadQueues(lengths map[string]func() int) func() {
 	if m == nil {
 		return func() {}
 	}
+	q := queueLengths(lengths)
 	m.queues.Store(&q)
 	return func() { m.queues.Store(nil) }
 }

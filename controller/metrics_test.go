@@ -290,10 +290,10 @@ func TestFailingCollectorDropsOnlyItsSeries(t *testing.T) {
 // are counted as deleted. A prune cut short because the replica stopped leading is no failure.
 func TestPruneFailuresAreCounted(t *testing.T) {
 	m := NewMetrics(nil)
-	m.observePrune(0, errors.New("prune reservations: connection refused"))
-	m.observePrune(2000, errors.New("prune reservations: connection reset"))
-	m.observePrune(5, nil)
-	m.observePrune(0, context.Canceled)
+	m.ObservePrune(0, errors.New("prune reservations: connection refused"))
+	m.ObservePrune(2000, errors.New("prune reservations: connection reset"))
+	m.ObservePrune(5, nil)
+	m.ObservePrune(0, context.Canceled)
 	require.Equal(t, float64(2), counted(t, m.prunes.WithLabelValues("error")))
 	require.Equal(t, float64(1), counted(t, m.prunes.WithLabelValues("ok")))
 	require.Equal(t, float64(2005), counted(t, m.pruned))

@@ -157,33 +157,6 @@ func TestPollerStaleListingAfterARequeue(t *testing.T) {
 	require.Contains(t, r0.Spec.WantReason, "requeued")
 }
 
-// The job actor's update fails: the pass fails (the queue retries it with backoff); once slurmrestd takes it, the
-// requeued run is let begin.
-func TestJobActorRetriesAFailedUpdate(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	ctx := context.Background()
-	j := fakeslurm.JuiceJob(4, 1, slurmrest.StatePending, "juice:v1:pool=test,gpus=1")
-	j.StateReason = "BeginTime"
-	h.slurm.Set(j)
-	r := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 4, Run: 1}, request.Request{Pool: "test", GPUs: 1})
-	h.driveTo(h.reconciler(nil), r.ID, reconcile.StateReady)
-	require.NoError(t, h.store.ObserveJob(ctx, r.ID, "PENDING", "BeginTime"))
-	a := &JobActor{Store: h.store, Slurm: h.slurm, Log: h.log}
-	var calls atomic.Int32
-	h.slurm.Intercept(fakeslurm.Funcs{UpdateJob: func(ctx context.Context, id uint32, _ slurmrest.JobUpdate, _ func(context.Context, uint32, slurmrest.JobUpdate) error) error {
-		return failing[uint32](&calls)(ctx, id)
-	}})
-	require.ErrorIs(t, a.Act(ctx, r.ID), errSlurmDown)
-	require.Zero(t, beganNow(h.slurm))
-	h.slurm.Intercept(fakeslurm.Funcs{})
-	require.NoError(t, a.Act(ctx, r.ID))
-	require.Equal(t, 1, beganNow(h.slurm))
-	job, err := h.slurm.GetJob(ctx, 4)
-	require.NoError(t, err)
-	require.Equal(t, "None", job.StateReason)
-}
-
 // LISTEN is down when another replica registers a run: its NOTIFY is lost. After the hub subscribes again, the
 // leader re-lists and serves the run within one poll interval, not at the next resync.
 func TestRunRegisteredWhileListenIsDownIsServedWithinOnePoll(t *testing.T) {

@@ -77,7 +77,7 @@ func (c *slurmCache) snapshot(ctx context.Context, cluster string, now time.Time
 	read := map[uint32]*slurmrest.Job{}
 	for _, id := range plan.Missing(c.jobs, open) {
 		got, err := c.slurm.GetJob(ctx, id)
-		c.metrics.observeSlurm("get_job", err)
+		c.metrics.ObserveSlurm("get_job", err)
 		switch {
 		case errors.Is(err, slurmrest.ErrNotFound):
 			read[id] = nil
@@ -161,7 +161,7 @@ func (c *slurmCache) tracking(ctx context.Context) (bool, error) {
 func (c *slurmCache) list(ctx context.Context, now time.Time) (unchanged bool, err error) {
 	start := time.Now()
 	list, err := c.slurm.ListJobs(ctx, c.since)
-	c.metrics.observeSlurm("list_jobs", err)
+	c.metrics.ObserveSlurm("list_jobs", err)
 	if err != nil {
 		return false, fmt.Errorf("poll slurmrestd: %w", err)
 	}
@@ -195,7 +195,7 @@ func (c *slurmCache) list(ctx context.Context, now time.Time) (unchanged bool, e
 func (c *slurmCache) discover(ctx context.Context, now time.Time) (found bool, err error) {
 	start := time.Now()
 	states, err := c.slurm.AllJobStates(ctx)
-	c.metrics.observeSlurm("all_job_states", err)
+	c.metrics.ObserveSlurm("all_job_states", err)
 	if err != nil {
 		return false, fmt.Errorf("poll slurmrestd for every job's state: %w", err)
 	}
@@ -209,7 +209,7 @@ func (c *slurmCache) discover(ctx context.Context, now time.Time) (found bool, e
 			continue
 		}
 		j, err := c.slurm.GetJob(ctx, st.ID)
-		c.metrics.observeSlurm("get_job", err)
+		c.metrics.ObserveSlurm("get_job", err)
 		switch {
 		case errors.Is(err, slurmrest.ErrNotFound):
 			continue
@@ -239,7 +239,7 @@ func (c *slurmCache) trackKnown(ctx context.Context, now time.Time) (changed boo
 	}
 	start := time.Now()
 	states, err := c.slurm.JobStates(ctx, ids)
-	c.metrics.observeSlurm("job_states", err)
+	c.metrics.ObserveSlurm("job_states", err)
 	if err != nil {
 		return false, fmt.Errorf("poll slurmrestd for the states of %d jobs: %w", len(ids), err)
 	}
@@ -281,7 +281,7 @@ func (c *slurmCache) trackKnown(ctx context.Context, now time.Time) (changed boo
 		case had && old.State == state:
 		default:
 			j, err := c.slurm.GetJob(ctx, r.JobID)
-			c.metrics.observeSlurm("get_job", err)
+			c.metrics.ObserveSlurm("get_job", err)
 			switch {
 			case errors.Is(err, slurmrest.ErrNotFound):
 				delete(c.jobs, r.JobID)

@@ -39,7 +39,7 @@ func (a JobAction) String() string {
 }
 
 // DecideJob is the one decision of what to ask of Slurm for a reservation's job, from its status and from what
-// the poller last saw of the job. The JobActor carries it out.
+// the poller last saw of the job. The job actor (controller/jobactor) carries it out.
 func DecideJob(r *Reservation) JobAction {
 	if r.Status.State == StateReady && r.Spec.Wanted && WaitsOutRequeueDelay(r.Run.Run, r.Spec.JobState, r.Spec.JobReason) {
 		return JobBeginNow

@@ -21,6 +21,7 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
+	"github.com/juice-slurm/juice-slurm/controller/jobactor"
 	"github.com/juice-slurm/juice-slurm/internal/backoff"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
@@ -218,7 +219,7 @@ func runController(ctx context.Context, args []string) error {
 			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
 			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge, StateDir: stateDir},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log, Metrics: controller.NewMetrics(st),
-		Ender: &controller.SlurmEnder{Rest: slurm, Scontrol: *o.scontrol},
+		Ender: &jobactor.SlurmEnder{Rest: slurm, Scontrol: *o.scontrol},
 	}
 	c.Metrics.SetVersion(Version)
 	if tokens != nil {

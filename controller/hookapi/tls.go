@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 )
 
 // The hook API proves itself with TLS 1.3 and a certificate the hooks pin (deploy/make-secrets.sh makes hook.crt
@@ -57,12 +59,9 @@ func (k *keyPair) get() (*tls.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hook certificate: %w", err)
 	}
-	ks, err := os.Stat(k.key)
+	ks, err := secretfile.Check(k.key)
 	if err != nil {
 		return nil, fmt.Errorf("hook key: %w", err)
-	}
-	if ks.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("hook key %s is readable by group or others (mode %04o): chmod 0600", k.key, ks.Mode().Perm())
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -70,7 +70,7 @@ func TestServerAndClientTLS(t *testing.T) {
 	if err := os.Chmod(key, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ServerTLS(cert, key); err == nil || !strings.Contains(err.Error(), "readable by group or others") {
+	if _, err := ServerTLS(cert, key); err == nil || !strings.Contains(err.Error(), "group and others must have no access") {
 		t.Fatalf("a group-readable key: %v", err)
 	}
 	if _, err := ClientTLS(""); err == nil {

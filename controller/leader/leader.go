@@ -1,4 +1,5 @@
-// Package leader elects the one replica that reconciles: the holder of a lease row in PostgreSQL.
+// Package leader elects the one replica that reconciles, the holder of a lease row in PostgreSQL (Elector), and
+// runs what that replica does while it leads (Term).
 package leader
 
 import (

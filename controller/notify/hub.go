@@ -44,7 +44,6 @@ type Hub struct {
 	onChange  map[int]func(Change)
 	onConnect map[int]func()
 	next      int
-	listening bool
 }
 
 // Subscribe returns a channel that receives a value whenever reservation id changes, or when changes may have
@@ -98,13 +97,6 @@ func (h *Hub) OnConnect(f func()) (remove func()) {
 	return func() { h.mu.Lock(); delete(h.onConnect, n); h.mu.Unlock() }
 }
 
-// Listening reports whether the hub is subscribed now.
-func (h *Hub) Listening() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.listening
-}
-
 func (h *Hub) dispatch(c Change) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -117,13 +109,9 @@ func (h *Hub) dispatch(c Change) {
 }
 
 // connected wakes every waiter and every re-lister: what changed while the hub was away is unknown.
-func (h *Hub) connected(up bool) {
+func (h *Hub) connected() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.listening = up
-	if !up {
-		return
-	}
 	for _, chs := range h.subs {
 		for ch := range chs {
 			wake(ch)
@@ -148,7 +136,6 @@ var reconnect = backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Secon
 func (h *Hub) Run(ctx context.Context) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		err := h.listen(ctx, func() { attempt = 0 })
-		h.connected(false)
 		if ctx.Err() != nil {
 			return
 		}
@@ -170,7 +157,7 @@ func (h *Hub) listen(ctx context.Context, up func()) error {
 		return err
 	}
 	up()
-	h.connected(true)
+	h.connected()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

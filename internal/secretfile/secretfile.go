@@ -59,9 +59,9 @@ func (f *File) Value() (string, error) {
 	if f.path == "" {
 		return "", errors.New("secret file: no file given")
 	}
-	fi, err := os.Stat(f.path)
+	fi, err := Check(f.path)
 	if err != nil {
-		return "", fmt.Errorf("secret file: %w", err)
+		return "", err
 	}
 	st := stampOf(fi)
 	f.mu.Lock()
@@ -69,7 +69,7 @@ func (f *File) Value() (string, error) {
 	if f.value != "" && st == f.stamp {
 		return f.value, nil
 	}
-	v, err := read(f.path, fi, f.check)
+	v, err := read(f.path, f.check)
 	if err != nil {
 		return "", err
 	}
@@ -100,13 +100,24 @@ func stampOf(fi fs.FileInfo) stamp {
 	return s
 }
 
-func read(path string, fi fs.FileInfo, check func(string) error) (string, error) {
+// Check says whether path may hold a secret: a regular file (a symlink to one is followed) that neither group nor
+// others may access. It returns the file's information. File.Value checks every secret so; a secret that is not
+// one value on one line (a TLS private key) is checked with it by its own reader.
+func Check(path string) (fs.FileInfo, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("secret file: %w", err)
+	}
 	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("secret file %s is not a regular file", path)
+		return nil, fmt.Errorf("secret file %s is not a regular file", path)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("secret file %s has mode %04o: group and others must have no access (chmod 600 %s)", path, perm, path)
+		return nil, fmt.Errorf("secret file %s has mode %04o: group and others must have no access (chmod 600 %s)", path, perm, path)
 	}
+	return fi, nil
+}
+
+func read(path string, check func(string) error) (string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("secret file: %w", err)

@@ -16,8 +16,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
+	"github.com/juice-slurm/juice-slurm/controller/hookserver"
 	"github.com/juice-slurm/juice-slurm/controller/notify"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
@@ -101,7 +101,7 @@ func P6(ctx context.Context, trials, fallbackTrials int) (P6Result, error) {
 	}{{true, trials, 1, &res.Notify, &res.NotifyReads}, {false, fallbackTrials, 25, &res.Fallback, &res.FallbackReads}} {
 		armed := &armedStore{Store: w.Store, armed: map[uuid.UUID]chan struct{}{}, reads: map[uuid.UUID]int{}, onGet: mode.hub}
 		hctx, stopHub := context.WithCancel(ctx)
-		api := &controller.HookServer{Store: armed, Secret: w.secret, Log: logr.Discard(), Recheck: res.Recheck}
+		api := &hookserver.Server{Store: armed, Secret: w.secret, Log: logr.Discard(), Recheck: res.Recheck}
 		var hubDone chan struct{}
 		if mode.hub {
 			// As controller.Run wires it: one LISTEN connection per replica.

@@ -1,4 +1,7 @@
-package controller
+// Package sweep is the net under the leader's releases: it cancels the sessions at the Juice Controller and removes
+// the session files in the state directory that belong to no live run. The leader runs it on a timer
+// (Config.Sweep) and the file sweep when it starts leading.
+package sweep
 
 import (
 	"context"
@@ -12,10 +15,16 @@ import (
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
-	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
-// Sweep cancels sessions at the controller that carry one of our idempotency keys but belong to no live run:
+// Store is what the sweep reads of the reservations (store.Store).
+type Store interface {
+	Cluster() string
+	Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error)
+	LiveRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error)
+}
+
+// Sessions cancels sessions at the controller that carry one of our idempotency keys but belong to no live run:
 // the reservation of that key is final, or holds another session. Reservations already release their own
 // sessions; the sweep is the net under that, for a session that appeared after its reservation let go.
 //
@@ -26,7 +35,7 @@ import (
 // for a run (a lost answer) and still queued when its run let go is found here once it is placed.
 //
 // It returns how many sessions it cancelled.
-func Sweep(ctx context.Context, st *store.Store, juice juiceapi.Client, log logr.Logger) (int, error) {
+func Sessions(ctx context.Context, st Store, juice juiceapi.Client, log logr.Logger) (int, error) {
 	view, err := juiceapi.WalkPool(ctx, juice, "", time.Now())
 	if err != nil {
 		return 0, fmt.Errorf("sweep: walk the agents: %w", err)
@@ -69,12 +78,12 @@ func Sweep(ctx context.Context, st *store.Store, juice juiceapi.Client, log logr
 	return cancelled, nil
 }
 
-// SweepFiles removes the session files in the state directory that no ready reservation owns: the reservation
+// Files removes the session files in the state directory that no ready reservation owns: the reservation
 // a file names is gone, released or failed (the reconciler removes a run's file when it leaves ready; this is the
 // net under that, and under an epilog that never ran), or, for a file that names none (version 1, or a header
 // that does not parse), its run has no ready reservation. A file whose header names another cluster is left
 // alone. It returns how many files it removed.
-func SweepFiles(ctx context.Context, st *store.Store, dir *session.StateDir, log logr.Logger) (int, error) {
+func Files(ctx context.Context, st Store, dir *session.StateDir, log logr.Logger) (int, error) {
 	files, err := dir.List()
 	if err != nil {
 		return 0, fmt.Errorf("sweep files: %w", err)
@@ -102,7 +111,7 @@ func SweepFiles(ctx context.Context, st *store.Store, dir *session.StateDir, log
 }
 
 // staleFile says why f is stale, or "" when a ready reservation owns it (or it is another cluster's).
-func staleFile(ctx context.Context, st *store.Store, f session.StateFile, run reconcile.RunID) (string, error) {
+func staleFile(ctx context.Context, st Store, f session.StateFile, run reconcile.RunID) (string, error) {
 	if f.HeaderErr == nil && f.Header.Binding.Cluster != st.Cluster() {
 		return "", nil
 	}

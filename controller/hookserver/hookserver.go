@@ -1,11 +1,16 @@
-package controller
+// Package hookserver serves the hook API (package hookapi) on every replica, from PostgreSQL: the prolog's wait
+// for its run's session, the epilog's release, and a user's own runs (/v1/mine), with the caps that keep one peer
+// from starving another (limits.go).
+package hookserver
 
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os/exec"
 	"os/user"
@@ -14,7 +19,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/controller/notify"
@@ -22,7 +26,6 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
-	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 )
 
@@ -31,8 +34,8 @@ type Jobs interface {
 	GetJob(ctx context.Context, id uint32) (*slurmrest.Job, error)
 }
 
-// HookStore is what the hook server reads and writes (store.Store).
-type HookStore interface {
+// Store is what the hook server reads and writes of the reservations (store.Store).
+type Store interface {
 	Cluster() string
 	LiveRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error)
 	ForRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error)
@@ -44,20 +47,28 @@ type HookStore interface {
 	Events(ctx context.Context, id uuid.UUID) ([]reconcile.Transition, error)
 }
 
-var _ HookStore = (*store.Store)(nil)
+// Metrics counts the hook server's calls and refusals (controller.Metrics).
+type Metrics interface {
+	ObserveHook(hook, outcome string)
+	ObserveHookRefused(limit string)
+	ObservePrologWait(d time.Duration, outcome string)
+	ObserveSlurm(op string, err error)
+}
 
-// HookServer serves the hook API (package hookapi) on every replica, from PostgreSQL: none needs to lead. It is
-// an observer: a prolog for a run nobody has seen yet registers it, from the job's admin_comment as slurmrestd
-// shows it, and an epilog records that the run is over; the reconciler does the rest.
-type HookServer struct {
-	Store   HookStore
-	Hub     *notify.Hub
-	Jobs    Jobs
-	Secret  *secretfile.File
-	Metrics *Metrics
+// Server serves the hook API on every replica, from PostgreSQL: none needs to lead. It is an observer: a prolog
+// for a run nobody has seen yet registers it, from the job's admin_comment as slurmrestd shows it, and an epilog
+// records that the run is over; the reconciler does the rest.
+type Server struct {
+	Store  Store
+	Hub    *notify.Hub
+	Jobs   Jobs
+	Secret *secretfile.File
+	// Metrics, when set, counts the calls.
+	Metrics Metrics
 	Log     logr.Logger
-	// TrustComment: see Poller.TrustComment.
-	TrustComment bool
+	// JobRequest is the Juice request a job carries (controller.JobRequest, with the site's trust of comments),
+	// for a run the prolog registers.
+	JobRequest func(j *slurmrest.Job) (request.Request, error)
 	// Unmunge is the path of unmunge, which names the user of a /v1/mine call from its MUNGE credential; empty:
 	// /v1/mine is off.
 	Unmunge string
@@ -70,36 +81,60 @@ type HookServer struct {
 	// MaxWaitsPerPeer caps one peer's concurrent calls (package peer: a local uid, or a remote address): a
 	// call over it gets 429, which the hooks retry. Default DefaultMaxWaitsPerPeer.
 	MaxWaitsPerPeer int
+	// MaxConns and MaxConnsPerPeer cap the open connections, in all and of one peer (Listen). Defaults
+	// DefaultMaxConns and DefaultMaxConnsPerPeer.
+	MaxConns, MaxConnsPerPeer int
+	// TLS, when set, makes the hook API serve TLS (hookapi.ServerTLS): the hooks send their secret only to a
+	// listener that proves it holds the key of the certificate they pin. Nil serves plain HTTP (tests).
+	TLS *tls.Config
 
 	waits waitCounter
 }
 
-// Handler returns the HTTP handler.
-func (a *HookServer) Handler() http.Handler {
+// Listen wraps ln for the hook API: a connection over a cap, of all connections or of its peer's, is closed at
+// once, so that what one peer opens never keeps another out (F4); with TLS set, it serves TLS.
+func (a *Server) Listen(ln net.Listener) net.Listener {
+	max, perPeer := a.MaxConns, a.MaxConnsPerPeer
+	if max == 0 {
+		max = DefaultMaxConns
+	}
+	if perPeer == 0 {
+		perPeer = DefaultMaxConnsPerPeer
+	}
+	ln = newLimitListener(ln, max, perPeer, func(string) { a.observeHookRefused("connections") })
+	if a.TLS != nil {
+		ln = tls.NewListener(ln, a.TLS)
+	}
+	return ln
+}
+
+// HTTPServer is the hook API's server, with timeouts fit for long waits: a connection must finish its TLS
+// handshake and headers within 10 s and its small body within 30 s, an answer may take the longest wait and then
+// some, and an idle connection is closed after a minute. A connection that says nothing holds its place for 10 s
+// at most. It serves on a listener from Listen.
+func (a *Server) HTTPServer() *http.Server {
+	return &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: a.maxWait() + 30*time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
+		ConnContext: withPeer, ErrorLog: quietTLSLog(a.Log)}
+}
+
+// Handler returns the HTTP handler: the hooks' calls and the probes.
+func (a *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/prolog", a.count("prolog", a.auth(a.prolog)))
 	mux.HandleFunc("POST /v1/epilog", a.count("epilog", a.auth(a.epilog)))
 	mux.HandleFunc("POST /v1/mine", a.count("mine", a.mine))
-	a.probes(mux)
+	Probes(mux, a.Ready)
 	return mux
 }
 
-// ProbeHandler serves /metrics, /healthz and /readyz: the controller's metrics listener, apart from the hook API.
-func (a *HookServer) ProbeHandler() http.Handler {
-	mux := http.NewServeMux()
-	a.probes(mux)
-	if a.Metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{}))
-	}
-	return mux
-}
-
-// probes adds /healthz (the process answers) and /readyz (the replica can do its part).
-func (a *HookServer) probes(mux *http.ServeMux) {
+// Probes adds /healthz (the process answers) and /readyz (ready, when set, says the replica can do its part) to
+// mux: the hook API serves them, and so does the controller's metrics listener.
+func Probes(mux *http.ServeMux, ready func(ctx context.Context) error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if a.Ready != nil {
-			if err := a.Ready(r.Context()); err != nil {
+		if ready != nil {
+			if err := ready(r.Context()); err != nil {
 				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 				return
 			}
@@ -109,7 +144,7 @@ func (a *HookServer) probes(mux *http.ServeMux) {
 }
 
 // count counts each call of a hook by its outcome: the reply's, or what its HTTP status says.
-func (a *HookServer) count(hook string, next http.HandlerFunc) http.HandlerFunc {
+func (a *Server) count(hook string, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rec := &outcomeRecorder{ResponseWriter: w, code: http.StatusOK}
 		next(rec, r)
@@ -122,7 +157,7 @@ func (a *HookServer) count(hook string, next http.HandlerFunc) http.HandlerFunc 
 		case rec.code >= 500 || outcome == "":
 			outcome = "error"
 		}
-		a.Metrics.observeHook(hook, outcome)
+		a.observeHook(hook, outcome)
 	}
 }
 
@@ -138,7 +173,7 @@ func (o *outcomeRecorder) WriteHeader(code int) {
 	o.ResponseWriter.WriteHeader(code)
 }
 
-func (a *HookServer) auth(next http.HandlerFunc) http.HandlerFunc {
+func (a *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		secret, err := a.Secret.Value()
 		if err != nil {
@@ -152,22 +187,32 @@ func (a *HookServer) auth(next http.HandlerFunc) http.HandlerFunc {
 			http.Error(w, "unauthorized: the hook secret is missing or wrong", http.StatusUnauthorized)
 			return
 		}
-		max := a.MaxWaitsPerPeer
-		if max <= 0 {
-			max = DefaultMaxWaitsPerPeer
-		}
-		p := peerOf(r.Context())
-		if !a.waits.enter(p, max) {
-			a.Metrics.observeHookRefused("waits_per_peer")
-			http.Error(w, fmt.Sprintf("too many calls at once from %s (at most %d): try again", p, max), http.StatusTooManyRequests)
+		leave, ok := a.enterWait(w, r)
+		if !ok {
 			return
 		}
-		defer a.waits.leave(p)
+		defer leave()
 		next(w, r)
 	}
 }
 
-func (a *HookServer) prolog(w http.ResponseWriter, r *http.Request) {
+// enterWait takes a place among the concurrent calls of the caller's peer; over MaxWaitsPerPeer it answers 429,
+// which the hooks retry, and reports false. The caller calls leave when its call is over.
+func (a *Server) enterWait(w http.ResponseWriter, r *http.Request) (leave func(), ok bool) {
+	max := a.MaxWaitsPerPeer
+	if max <= 0 {
+		max = DefaultMaxWaitsPerPeer
+	}
+	p := peerOf(r.Context())
+	if !a.waits.enter(p, max) {
+		a.observeHookRefused("waits_per_peer")
+		http.Error(w, fmt.Sprintf("too many calls at once from %s (at most %d): try again", p, max), http.StatusTooManyRequests)
+		return nil, false
+	}
+	return func() { a.waits.leave(p) }, true
+}
+
+func (a *Server) prolog(w http.ResponseWriter, r *http.Request) {
 	var in hookapi.PrologRequest
 	if !decode(w, r, &in) {
 		return
@@ -217,7 +262,7 @@ func (a *HookServer) prolog(w http.ResponseWriter, r *http.Request) {
 		rep.Outcome, rep.Session, rep.File = hookapi.OutcomeReady, sealed, session.FileName(out.Run.Binding())
 	}
 	if rep.Outcome != hookapi.OutcomeWaiting {
-		a.Metrics.observePrologWait(time.Since(start), rep.Outcome)
+		a.observePrologWait(time.Since(start), rep.Outcome)
 	}
 	reply(w, rep)
 }
@@ -225,14 +270,14 @@ func (a *HookServer) prolog(w http.ResponseWriter, r *http.Request) {
 // register creates the reservation of a run that nobody has seen yet (the prolog came before the poller), from the
 // job's request as slurmrestd shows it: never from anything the hook sends. It returns either the reservation or
 // the reply to give.
-func (a *HookServer) register(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, *hookapi.PrologReply, error) {
+func (a *Server) register(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, *hookapi.PrologReply, error) {
 	j, err := a.Jobs.GetJob(ctx, run.JobID)
-	a.Metrics.observeSlurm("get_job", err)
+	a.observeSlurm("get_job", err)
 	if err != nil {
 		return reconcile.Reservation{}, &hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting,
 			Reason: fmt.Sprintf("cannot read job %d from slurmrestd: %v", run.JobID, err)}, nil
 	}
-	req, err := JobRequest(j, a.TrustComment)
+	req, err := a.JobRequest(j)
 	if errors.Is(err, request.ErrNotARequest) {
 		return reconcile.Reservation{}, &hookapi.PrologReply{Outcome: hookapi.OutcomeNone, Reason: "the job carries no Juice request"}, nil
 	}
@@ -251,7 +296,7 @@ func (a *HookServer) register(ctx context.Context, run reconcile.RunID) (reconci
 	return res, nil, err
 }
 
-func (a *HookServer) epilog(w http.ResponseWriter, r *http.Request) {
+func (a *Server) epilog(w http.ResponseWriter, r *http.Request) {
 	var in hookapi.EpilogRequest
 	if !decode(w, r, &in) {
 		return
@@ -289,16 +334,21 @@ func (a *HookServer) epilog(w http.ResponseWriter, r *http.Request) {
 	reply(w, rep)
 }
 
+// maxWait is the longest wait of one call.
+func (a *Server) maxWait() time.Duration {
+	if a.MaxWait == 0 {
+		return 30 * time.Second
+	}
+	return a.MaxWait
+}
+
 // wait returns the reservation as soon as done holds for it, or when the wait is over. It wakes on NOTIFY and
 // re-reads the row every Recheck in case a notification was lost.
-func (a *HookServer) wait(ctx context.Context, r reconcile.Reservation, seconds float64, done func(*reconcile.Reservation) bool) reconcile.Reservation {
+func (a *Server) wait(ctx context.Context, r reconcile.Reservation, seconds float64, done func(*reconcile.Reservation) bool) reconcile.Reservation {
 	if done(&r) {
 		return r
 	}
-	max := a.MaxWait
-	if max == 0 {
-		max = 30 * time.Second
-	}
+	max := a.maxWait()
 	d := time.Duration(seconds * float64(time.Second))
 	if d <= 0 || d > max {
 		d = max
@@ -375,7 +425,7 @@ const mineRuns = 50
 // mine answers a user's own runs: the caller proves who it is with a MUNGE credential (munge -n, decoded by the
 // local munged: one use only, within its time to live), so a user needs neither the hook secret nor database
 // credentials, and sees only the runs whose job they own.
-func (a *HookServer) mine(w http.ResponseWriter, r *http.Request) {
+func (a *Server) mine(w http.ResponseWriter, r *http.Request) {
 	cred, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Munge ")
 	if !ok || a.Unmunge == "" {
 		w.Header().Set("WWW-Authenticate", `Munge realm="juice-slurm"`)
@@ -383,17 +433,11 @@ func (a *HookServer) mine(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// One peer's calls at once are capped as the hooks' are: each costs an unmunge.
-	max := a.MaxWaitsPerPeer
-	if max <= 0 {
-		max = DefaultMaxWaitsPerPeer
-	}
-	p := peerOf(r.Context())
-	if !a.waits.enter(p, max) {
-		a.Metrics.observeHookRefused("waits_per_peer")
-		http.Error(w, fmt.Sprintf("too many calls at once from %s (at most %d): try again", p, max), http.StatusTooManyRequests)
+	leave, ok := a.enterWait(w, r)
+	if !ok {
 		return
 	}
-	defer a.waits.leave(p)
+	defer leave()
 	name, err := a.identify(r.Context(), cred)
 	if err != nil {
 		a.Log.Info("a /v1/mine credential was refused", "error", err.Error())
@@ -431,7 +475,7 @@ func (a *HookServer) mine(w http.ResponseWriter, r *http.Request) {
 
 // identify decodes a MUNGE credential with unmunge and returns the name of the user who made it. munged refuses
 // a credential it has decoded before, an expired one, and one of another MUNGE key.
-func (a *HookServer) identify(ctx context.Context, cred string) (string, error) {
+func (a *Server) identify(ctx context.Context, cred string) (string, error) {
 	if len(cred) > 4096 || strings.TrimSpace(cred) == "" {
 		return "", errors.New("not a MUNGE credential")
 	}
@@ -467,4 +511,30 @@ func (a *HookServer) identify(ctx context.Context, cred string) (string, error) 
 		return "", fmt.Errorf("uid %s: %w", uid, err)
 	}
 	return u.Username, nil
+}
+
+// The observe methods count in Metrics, when set.
+
+func (a *Server) observeHook(hook, outcome string) {
+	if a.Metrics != nil {
+		a.Metrics.ObserveHook(hook, outcome)
+	}
+}
+
+func (a *Server) observeHookRefused(limit string) {
+	if a.Metrics != nil {
+		a.Metrics.ObserveHookRefused(limit)
+	}
+}
+
+func (a *Server) observePrologWait(d time.Duration, outcome string) {
+	if a.Metrics != nil {
+		a.Metrics.ObservePrologWait(d, outcome)
+	}
+}
+
+func (a *Server) observeSlurm(op string, err error) {
+	if a.Metrics != nil {
+		a.Metrics.ObserveSlurm(op, err)
+	}
 }

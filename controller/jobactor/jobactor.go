@@ -1,4 +1,7 @@
-package controller
+// Package jobactor is the one actor on Slurm's jobs: it carries out reconcile.DecideJob for each reservation the
+// leader hands it (a requeued run begins at once when its session is ready, a waiting run's job tells why, a run
+// that lost its session is requeued or cancelled).
+package jobactor
 
 import (
 	"context"
@@ -14,20 +17,36 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
-	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 )
 
-// JobActor is the one actor on Slurm's jobs: it carries out reconcile.DecideJob for each reservation it is
+// Store is what the actor reads of the reservations (store.Store).
+type Store interface {
+	Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error)
+}
+
+// Slurm is what the actor asks of slurmrestd (slurmrest.Client).
+type Slurm interface {
+	GetJob(ctx context.Context, id uint32) (*slurmrest.Job, error)
+	UpdateJob(ctx context.Context, id uint32, u slurmrest.JobUpdate) error
+}
+
+// Metrics counts the actor's calls of slurmrestd (controller.Metrics).
+type Metrics interface {
+	ObserveSlurm(op string, err error)
+}
+
+// Actor is the one actor on Slurm's jobs: it carries out reconcile.DecideJob for each reservation it is
 // handed (when the reconciler moved it, or the poller saw its job change). Asking twice is harmless: Slurm's next
 // listing shows the change, and the decision then says to leave the job alone.
-type JobActor struct {
-	Store   *store.Store
-	Slurm   Slurm
-	Log     logr.Logger
-	Metrics *Metrics
+type Actor struct {
+	Store Store
+	Slurm Slurm
+	Log   logr.Logger
+	// Metrics, when set, counts the calls of slurmrestd.
+	Metrics Metrics
 	// Ender requeues and cancels jobs whose run lost its session; nil: such jobs are only logged.
-	Ender JobEnder
+	Ender Ender
 
 	// told holds, per reservation, the wait reason this actor wrote into its job's comment, to put the request
 	// back once the run stops waiting. It lives as long as the leader's actor: after a change of leader, a job
@@ -40,7 +59,7 @@ type JobActor struct {
 // reconcile.DecideJob acts only on pending (a wait to tell), ready (a requeued run to let begin) and failed (a lost
 // session) reservations, and a run that stops waiting gets its request back in its comment. The other moves
 // (requesting, waiting, releasing, released: two of the three of every run served) cost no pass.
-func (a *JobActor) Moves(id uuid.UUID, state reconcile.State) bool {
+func (a *Actor) Moves(id uuid.UUID, state reconcile.State) bool {
 	switch state {
 	case reconcile.StatePending, reconcile.StateReady, reconcile.StateFailed:
 		return true
@@ -51,16 +70,16 @@ func (a *JobActor) Moves(id uuid.UUID, state reconcile.State) bool {
 	return told
 }
 
-// JobEnder ends a job's run for the JobActor: Requeue a batch job, Cancel an interactive one, and tell the
-// job's user why first (Notify: a line on srun's or salloc's terminal).
-type JobEnder interface {
+// Ender ends a job's run for the Actor: Requeue a batch job, Cancel an interactive one, and tell the job's user
+// why first (Notify: a line on srun's or salloc's terminal).
+type Ender interface {
 	Requeue(ctx context.Context, job uint32) error
 	Cancel(ctx context.Context, job uint32) error
 	Notify(ctx context.Context, job uint32, msg string) error
 }
 
 // Act decides for one reservation and acts.
-func (a *JobActor) Act(ctx context.Context, id uuid.UUID) error {
+func (a *Actor) Act(ctx context.Context, id uuid.UUID) error {
 	r, err := a.Store.Get(ctx, id)
 	if errors.Is(err, reconcile.ErrNotFound) {
 		return nil
@@ -79,7 +98,7 @@ func (a *JobActor) Act(ctx context.Context, id uuid.UUID) error {
 		return a.tellWait(ctx, &r)
 	case reconcile.JobBeginNow:
 		err := a.Slurm.UpdateJob(ctx, r.Run.JobID, slurmrest.JobUpdate{BeginNow: true})
-		a.Metrics.observeSlurm("update_job", err)
+		a.observeSlurm("update_job", err)
 		if err != nil {
 			return fmt.Errorf("let job %d begin now: %w", r.Run.JobID, err)
 		}
@@ -90,12 +109,18 @@ func (a *JobActor) Act(ctx context.Context, id uuid.UUID) error {
 	return nil
 }
 
+func (a *Actor) observeSlurm(op string, err error) {
+	if a.Metrics != nil {
+		a.Metrics.ObserveSlurm(op, err)
+	}
+}
+
 // lostSession requeues or cancels a job whose run lost its session, once: only while Slurm still runs that very
 // run (after a requeue the job has a new run, and an ended job needs nothing).
-func (a *JobActor) lostSession(ctx context.Context, r *reconcile.Reservation) error {
+func (a *Actor) lostSession(ctx context.Context, r *reconcile.Reservation) error {
 	log := a.Log.WithValues("job", r.Run.JobID, "run", r.Run.Run)
 	j, err := a.Slurm.GetJob(ctx, r.Run.JobID)
-	a.Metrics.observeSlurm("get_job", err)
+	a.observeSlurm("get_job", err)
 	if errors.Is(err, slurmrest.ErrNotFound) {
 		return nil
 	}
@@ -120,7 +145,7 @@ func (a *JobActor) lostSession(ctx context.Context, r *reconcile.Reservation) er
 	why = juiceLine(why)
 	if commentIsOurs(j) {
 		err := a.Slurm.UpdateJob(ctx, j.ID, slurmrest.JobUpdate{Comment: &why})
-		a.Metrics.observeSlurm("update_job", err)
+		a.observeSlurm("update_job", err)
 		if err != nil {
 			log.Info("cannot write the reason into the job's comment", "error", err.Error())
 		}
@@ -143,10 +168,10 @@ func (a *JobActor) lostSession(ctx context.Context, r *reconcile.Reservation) er
 
 // tellWait writes why the run waits (its user is at the pool's cap on GPUs) into the job's comment, where squeue
 // %k and scontrol show job show it: in place of job_submit.lua's copy of the request (never the user's own comment).
-func (a *JobActor) tellWait(ctx context.Context, r *reconcile.Reservation) error {
+func (a *Actor) tellWait(ctx context.Context, r *reconcile.Reservation) error {
 	why := juiceLine(sanitizeLine(r.Status.Reason))
 	j, err := a.Slurm.GetJob(ctx, r.Run.JobID)
-	a.Metrics.observeSlurm("get_job", err)
+	a.observeSlurm("get_job", err)
 	if errors.Is(err, slurmrest.ErrNotFound) || err == nil && (j.Run != r.Run.Run || j.State.IsFinished()) {
 		return nil
 	}
@@ -157,7 +182,7 @@ func (a *JobActor) tellWait(ctx context.Context, r *reconcile.Reservation) error
 		return nil
 	}
 	err = a.Slurm.UpdateJob(ctx, j.ID, slurmrest.JobUpdate{Comment: &why})
-	a.Metrics.observeSlurm("update_job", err)
+	a.observeSlurm("update_job", err)
 	if err != nil {
 		return fmt.Errorf("write why job %d's run waits into its comment: %w", j.ID, err)
 	}
@@ -172,7 +197,7 @@ func (a *JobActor) tellWait(ctx context.Context, r *reconcile.Reservation) error
 
 // untellWait puts the request back into the comment of a job whose run no longer waits, when the comment is still
 // the reason this actor wrote.
-func (a *JobActor) untellWait(ctx context.Context, r *reconcile.Reservation) error {
+func (a *Actor) untellWait(ctx context.Context, r *reconcile.Reservation) error {
 	a.mu.Lock()
 	why, ok := a.told[r.ID]
 	a.mu.Unlock()
@@ -185,7 +210,7 @@ func (a *JobActor) untellWait(ctx context.Context, r *reconcile.Reservation) err
 		a.mu.Unlock()
 	}
 	j, err := a.Slurm.GetJob(ctx, r.Run.JobID)
-	a.Metrics.observeSlurm("get_job", err)
+	a.observeSlurm("get_job", err)
 	if errors.Is(err, slurmrest.ErrNotFound) {
 		forget()
 		return nil
@@ -196,7 +221,7 @@ func (a *JobActor) untellWait(ctx context.Context, r *reconcile.Reservation) err
 	if j.Comment == why && j.AdminComment != "" {
 		req := j.AdminComment
 		err = a.Slurm.UpdateJob(ctx, j.ID, slurmrest.JobUpdate{Comment: &req})
-		a.Metrics.observeSlurm("update_job", err)
+		a.observeSlurm("update_job", err)
 		if err != nil {
 			return fmt.Errorf("put job %d's request back into its comment: %w", j.ID, err)
 		}
@@ -232,7 +257,7 @@ func sanitizeLine(s string) string {
 	}, s)
 }
 
-// SlurmEnder is the JobEnder of a running controller: slurmrestd where it can (cancel; requeue on API v0.0.45),
+// SlurmEnder is the Ender of a running controller: slurmrestd where it can (cancel; requeue on API v0.0.45),
 // scontrol for the rest (requeue before v0.0.45, notify), as the controller's own user.
 type SlurmEnder struct {
 	Rest     *slurmrest.Client

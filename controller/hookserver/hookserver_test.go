@@ -1,0 +1,98 @@
+package hookserver
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
+)
+
+var _ Store = (*store.Store)(nil)
+
+// memStore serves one pending reservation, whose prolog waits, from memory; it counts the reads of it.
+type memStore struct {
+	Store // the rest is not called
+	r     reconcile.Reservation
+	reads atomic.Int32
+}
+
+func (*memStore) Cluster() string { return "c1" }
+
+func (m *memStore) LiveRun(_ context.Context, run reconcile.RunID) (reconcile.Reservation, error) {
+	if run != m.r.Run {
+		return reconcile.Reservation{}, reconcile.ErrNotFound
+	}
+	m.reads.Add(1)
+	return m.r, nil
+}
+
+func (m *memStore) Get(context.Context, uuid.UUID) (reconcile.Reservation, error) { return m.r, nil }
+
+const secret = "hook-secret-for-tests"
+
+// serve runs a on a loopback listener, as the controller does (Listen, HTTPServer), and returns its address.
+func serve(t *testing.T, a *Server) string {
+	t.Helper()
+	dir := t.TempDir()
+	f := filepath.Join(dir, "hook.secret")
+	require.NoError(t, os.WriteFile(f, []byte(secret+"\n"), 0o600))
+	a.Secret, a.Log = secretfile.New(f, nil), logr.Discard()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := a.HTTPServer()
+	go srv.Serve(a.Listen(ln))
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+func call(ctx context.Context, t *testing.T, url, auth, body string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", auth)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// One peer's calls in progress are capped, the hooks' waits and /v1/mine's calls together: over the cap a call
+// gets 429 (which the hooks retry), and once the wait is over the peer is served again.
+func TestWaitsPerPeerAreCappedAcrossCalls(t *testing.T) {
+	st := &memStore{r: reconcile.Reservation{ID: uuid.New(), Run: reconcile.RunID{Cluster: "c1", JobID: 1},
+		Spec: reconcile.Spec{Wanted: true}, Status: reconcile.Status{State: reconcile.StatePending}}}
+	url := serve(t, &Server{Store: st, MaxWaitsPerPeer: 1, Unmunge: "/bin/false", Recheck: 10 * time.Millisecond})
+	prolog := `{"cluster":"c1","job_id":1,"run":0,"wait_seconds":20}`
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waited := make(chan int, 1)
+	go func() { waited <- call(ctx, t, url+"/v1/prolog", "Bearer "+secret, prolog) }()
+	require.Eventually(t, func() bool { return st.reads.Load() > 0 }, 10*time.Second, 5*time.Millisecond, "the first prolog waits")
+
+	require.Equal(t, http.StatusTooManyRequests, call(context.Background(), t, url+"/v1/prolog", "Bearer "+secret, prolog))
+	require.Equal(t, http.StatusTooManyRequests, call(context.Background(), t, url+"/v1/mine", "Munge cred", "{}"))
+	require.Equal(t, http.StatusUnauthorized, call(context.Background(), t, url+"/v1/prolog", "Bearer wrong", prolog),
+		"a call without the secret is refused before it takes a place")
+
+	cancel()
+	<-waited
+	require.Eventually(t, func() bool {
+		// /bin/false refuses every credential: served, the call is unauthorized rather than too many.
+		return call(context.Background(), t, url+"/v1/mine", "Munge cred", "{}") == http.StatusUnauthorized
+	}, 10*time.Second, 10*time.Millisecond, "the place is given back when the wait ends")
+}
