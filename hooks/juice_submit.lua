@@ -43,7 +43,7 @@ escaped: a user's text never forges a line of slurmctld's log.
 On modification, a user (neither root nor SlurmUser) may not edit comment or
 admin_comment of a job whose admin_comment is a Juice request.
 
-The module sets no globals (its only state is the policy cache); it uses the
+The module sets no globals (its only state: the policy cache and SlurmUser's uid); it uses the
 `slurm` table slurmctld provides at call time.
 ]]
 
