@@ -110,10 +110,12 @@ PACKAGE_PREV_REF := 404f1dbecb043d8453d31ddcfd99fded22f9dfe2
 PACKAGE_PREV_VERSION := 0.8.99
 PREV_DEB := build/prev/juice-slurm_$(PACKAGE_PREV_VERSION)-1_amd64.deb
 $(PREV_DEB):
+	@git cat-file -e $(PACKAGE_PREV_REF)^{commit} 2>/dev/null || \
+		{ echo "test-package: the package to upgrade from is built from commit $(PACKAGE_PREV_REF): not here" >&2; exit 1; }
 	rm -rf build/prev && mkdir -p build/prev/src
 	git archive $(PACKAGE_PREV_REF) | tar -x -C build/prev/src
 	$(MAKE) --no-print-directory -C build/prev/src package VERSION=$(PACKAGE_PREV_VERSION)
-	cp build/prev/src/$(@:build/prev/%=build/%) $@
+	cp build/prev/src/$(@:build/prev/%=build/%) $@ && rm -rf build/prev/src
 
 # Builds both packages, checks what they hold, then on this host (holding the host lock) installs the previous
 # package, upgrades it to this one, reconfigures it for another SlurmUser, removes it, purges it and installs it
