@@ -35,23 +35,31 @@ spank:
 	$(MAKE) -C spank VERSION=$(VERSION)
 
 # make install [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=/etc]: the binaries, the plugin and the hooks in
-# $(LIBDIR), juice-slurm in $(PREFIX)/bin, the units, the man pages (juice-slurm(1) for users, juice-slurm(8)),
-# the docs, the examples and the monitoring files; the settings file only when there is none. Paths inside the installed files follow PREFIX.
+# $(LIBDIR), juice-slurm in $(PREFIX)/bin, the units and their generator, the man pages (juice-slurm(1) for users,
+# juice-slurm(8)), the docs, the examples and the monitoring files; the settings file, /etc/default/juice-slurm
+# (SLURM_USER) and the logrotate file only when there is none. Paths inside the installed files follow PREFIX. Then,
+# as root, $(LIBDIR)/juice-slurm-setup makes the state and log directories and sets the owners (the packages run it
+# themselves).
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 LIBDIR := $(PREFIX)/lib/juice-slurm
 DATADIR := $(PREFIX)/share/juice-slurm
 DOCDIR := $(PREFIX)/share/doc/juice-slurm
 UNITDIR ?= $(PREFIX)/lib/systemd/system
+GENERATORDIR ?= $(PREFIX)/lib/systemd/system-generators
 MANDIR := $(PREFIX)/share/man
 # Files that name the install directory: /usr/local/lib/juice-slurm in the tree.
 SUBST := sed -e 's\#/usr/local/lib/juice-slurm\#$(LIBDIR)\#g' -e 's\#/usr/share/doc/juice-slurm\#$(DOCDIR)\#g'
 install: build
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(DATADIR)/examples $(DESTDIR)$(DATADIR)/monitoring \
-		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/juice-slurm
+		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(GENERATORDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(SYSCONFDIR)/juice-slurm $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(SYSCONFDIR)/logrotate.d
 	install -m 0755 $(BIN)/juice-slurm $(BIN)/juice-slurm-hook $(BIN)/juice-sim $(DESTDIR)$(LIBDIR)/
 	install -m 0755 spank/build/spank_juice.so $(DESTDIR)$(LIBDIR)/
-	install -m 0755 hooks/juice-prolog.sh hooks/juice-epilog.sh deploy/juice-slurm-token-renew $(DESTDIR)$(LIBDIR)/
+	install -m 0755 hooks/juice-prolog.sh hooks/juice-epilog.sh deploy/juice-slurm-token-renew deploy/juice-slurm-setup \
+		$(DESTDIR)$(LIBDIR)/
+	$(SUBST) deploy/juice-slurm-generator >$(DESTDIR)$(GENERATORDIR)/juice-slurm-generator && \
+		chmod 0755 $(DESTDIR)$(GENERATORDIR)/juice-slurm-generator
 	$(SUBST) hooks/slurmctld-parts.sh >$(DESTDIR)$(LIBDIR)/slurmctld-parts.sh && chmod 0755 $(DESTDIR)$(LIBDIR)/slurmctld-parts.sh
 	ln -sfn ../lib/juice-slurm/juice-slurm $(DESTDIR)$(PREFIX)/bin/juice-slurm
 	install -m 0644 hooks/job_submit.lua hooks/juice_submit.lua $(DESTDIR)$(DATADIR)/
@@ -64,11 +72,17 @@ install: build
 		docs/juice-slurm.$$s | gzip -9n >$(DESTDIR)$(MANDIR)/man$$s/juice-slurm.$$s.gz; done
 	install -m 0644 README.md CHANGELOG.md LICENSE docs/*.md $(DESTDIR)$(DOCDIR)/
 	[ -e $(DESTDIR)$(SYSCONFDIR)/juice-slurm/juice-slurm.conf ] || \
-		install -m 0644 deploy/juice-slurm.conf $(DESTDIR)$(SYSCONFDIR)/juice-slurm/juice-slurm.conf
+		install -m 0640 deploy/juice-slurm.conf $(DESTDIR)$(SYSCONFDIR)/juice-slurm/juice-slurm.conf
+	[ -e $(DESTDIR)$(SYSCONFDIR)/default/juice-slurm ] || \
+		install -m 0644 deploy/juice-slurm.default $(DESTDIR)$(SYSCONFDIR)/default/juice-slurm
+	[ -e $(DESTDIR)$(SYSCONFDIR)/logrotate.d/juice-slurm ] || \
+		install -m 0644 deploy/juice-slurm.logrotate $(DESTDIR)$(SYSCONFDIR)/logrotate.d/juice-slurm
 
 # Packages, built by nfpm (a Go tool, pinned here and installed outside our go.mod) from `make install` into a
 # staging tree: build/juice-slurm_$(VERSION)-1_amd64.deb and build/juice-slurm-$(VERSION)-1.x86_64.rpm. The plugin
-# is built against this host's spank.h: build the packages on the Slurm release they are for.
+# is built against this host's spank.h: build the packages on the Slurm release they are for. They depend on that
+# release (slurmd loads no plugin of another one): SLURM_RELEASE, e.g. 22.05 from slurm_version.h's
+# SLURM_VERSION_NUMBER 0x160508, up to SLURM_NEXT (22.06) excluded.
 NFPM_VERSION := v2.48.0
 TOOLS := /var/tmp/juice-tools
 NFPM ?= $(TOOLS)/nfpm-$(NFPM_VERSION)
@@ -78,16 +92,39 @@ $(NFPM):
 	cd / && GOBIN=$(TOOLS)/bin GOFLAGS= $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 	mv $(TOOLS)/bin/nfpm $@
 
+SLURM_INCLUDE ?= /usr/include
+SLURM_VERSION_NUMBER = $(shell sed -n 's/^\#define SLURM_VERSION_NUMBER \(0x[0-9a-fA-F]*\)$$/\1/p' $(SLURM_INCLUDE)/slurm/slurm_version.h)
+SLURM_RELEASE = $(shell v=$(SLURM_VERSION_NUMBER); printf '%d.%02d' $$((v >> 16)) $$(((v >> 8) & 255)))
+SLURM_NEXT = $(shell v=$(SLURM_VERSION_NUMBER); printf '%d.%02d' $$((v >> 16)) $$((((v >> 8) & 255) + 1)))
 package: build $(NFPM)
+	@[ -n "$(SLURM_VERSION_NUMBER)" ] || { echo "package: no SLURM_VERSION_NUMBER in $(SLURM_INCLUDE)/slurm/slurm_version.h" >&2; exit 1; }
 	rm -rf $(PKGROOT) && mkdir -p build
-	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(PKGROOT) PREFIX=/usr UNITDIR=/usr/lib/systemd/system
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(PKGROOT) PREFIX=/usr UNITDIR=/usr/lib/systemd/system \
+		GENERATORDIR=/usr/lib/systemd/system-generators
 	rm -f build/juice-slurm_$(VERSION)-1_amd64.deb build/juice-slurm-$(VERSION)-1.x86_64.rpm
-	VERSION=$(VERSION) $(NFPM) package --config deploy/nfpm.yaml --packager deb --target build/
-	VERSION=$(VERSION) $(NFPM) package --config deploy/nfpm.yaml --packager rpm --target build/
+	for p in deb rpm; do VERSION=$(VERSION) SLURM_RELEASE=$(SLURM_RELEASE) SLURM_NEXT=$(SLURM_NEXT) \
+		$(NFPM) package --config deploy/nfpm.yaml --packager $$p --target build/ || exit; done
 
-# Builds both packages, checks what they hold, and installs the .deb on this host (test/package/check.sh).
-test-package: package
-	bash test/package/check.sh $(VERSION) build/juice-slurm_$(VERSION)-1_amd64.deb build/juice-slurm-$(VERSION)-1.x86_64.rpm
+# The package test/package/check.sh upgrades from: the one built at PACKAGE_PREV_REF (the last commit whose
+# package had no maintainer scripts), as version PACKAGE_PREV_VERSION. Needs the git history.
+PACKAGE_PREV_REF := 404f1dbecb043d8453d31ddcfd99fded22f9dfe2
+PACKAGE_PREV_VERSION := 0.8.99
+PREV_DEB := build/prev/juice-slurm_$(PACKAGE_PREV_VERSION)-1_amd64.deb
+$(PREV_DEB):
+	@git cat-file -e $(PACKAGE_PREV_REF)^{commit} 2>/dev/null || \
+		{ echo "test-package: the package to upgrade from is built from commit $(PACKAGE_PREV_REF): not here" >&2; exit 1; }
+	rm -rf build/prev && mkdir -p build/prev/src
+	git archive $(PACKAGE_PREV_REF) | tar -x -C build/prev/src
+	$(MAKE) --no-print-directory -C build/prev/src package VERSION=$(PACKAGE_PREV_VERSION)
+	cp build/prev/src/$(@:build/prev/%=build/%) $@ && rm -rf build/prev/src
+
+# Builds both packages, checks what they hold, then on this host (holding the host lock) installs the previous
+# package, upgrades it to this one, reconfigures it for another SlurmUser, removes it, purges it and installs it
+# again, checking the directories, owners, modes and settings at each step (test/package/check.sh). The .deb is
+# left installed: make demo-installed runs from it.
+test-package: package $(PREV_DEB)
+	$(ON_HOST) bash test/package/check.sh $(VERSION) build/juice-slurm_$(VERSION)-1_amd64.deb \
+		build/juice-slurm-$(VERSION)-1.x86_64.rpm $(PREV_DEB)
 
 # Unit tests only: no service needed.
 unit:

@@ -43,7 +43,7 @@ escaped: a user's text never forges a line of slurmctld's log.
 On modification, a user (neither root nor SlurmUser) may not edit comment or
 admin_comment of a job whose admin_comment is a Juice request.
 
-The module sets no globals (its only state is the policy cache); it uses the
+The module sets no globals (its only state: the policy cache and SlurmUser's uid); it uses the
 `slurm` table slurmctld provides at call time.
 ]]
 
@@ -54,22 +54,35 @@ local POOL_MAX = 63
 local PREFIX = "juice:"
 
 -- Users allowed to edit a Juice job's comments: root and SlurmUser (the
--- reconciler updates jobs through slurmrestd as SlurmUser).  Names are
--- resolved to uids from /etc/passwd when the script is loaded.
-local TRUSTED_USERS = { "root", "slurm" }
+-- reconciler updates jobs through slurmrestd with SlurmUser's token).  This
+-- module runs inside slurmctld, which runs as SlurmUser: SlurmUser is this
+-- process's own effective uid, read from /proc/self/status, so no user name is
+-- configured here (slurm.conf's SlurmUser= is the one place that names it).
+-- Read at the first modification (slurmctld may load scripts before it drops
+-- root); an unreadable status trusts root alone and says so.
+-- JUICE_PROC_STATUS (a global set before this script is loaded) overrides the
+-- path, for tests.
+local PROC_STATUS = JUICE_PROC_STATUS or "/proc/self/status"
+local trusted_uids
 
-local trusted_uids = { [0] = true }
-do
-	local f = io.open("/etc/passwd", "r")
-	if f then
-		for line in f:lines() do
-			local name, uid = line:match("^([^:]*):[^:]*:(%d+):")
-			for _, u in ipairs(TRUSTED_USERS) do
-				if name == u then trusted_uids[tonumber(uid)] = true end
+local function trusted(uid)
+	if trusted_uids == nil then
+		trusted_uids = { [0] = true }
+		local f, euid = io.open(PROC_STATUS, "r"), nil
+		if f then
+			for line in f:lines() do
+				-- "Uid:" real, effective, saved set, filesystem
+				euid = euid or line:match("^Uid:%s+%d+%s+(%d+)")
 			end
+			f:close()
 		end
-		f:close()
+		if euid then
+			trusted_uids[tonumber(euid)] = true
+		else
+			slurm.log_error("juice: no effective uid in %s: only root may edit Juice jobs' comments", PROC_STATUS)
+		end
 	end
+	return trusted_uids[uid] == true
 end
 
 -- Value of NAME in spank_job_env (a table indexed from 0: use pairs).
@@ -463,7 +476,7 @@ end
 -- work for juice-slurm (keeps a Juice job's request out of its owner's reach).
 function M.job_modify(job_desc, job_rec, part_list, modify_uid)
 	if parse_request(job_rec.admin_comment) == "none" then return slurm.SUCCESS end
-	if trusted_uids[modify_uid] then return slurm.SUCCESS end
+	if trusted(modify_uid) then return slurm.SUCCESS end
 	if job_desc.comment ~= nil or job_desc.admin_comment ~= nil then
 		-- ESLURM_ACCESS_DENIED: scontrol prints "Access/permission denied".
 		return refuse(string.format(

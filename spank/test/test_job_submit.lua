@@ -20,6 +20,14 @@ slurm = {
 -- The site policy the script reads: a file of the test's own.
 JUICE_POLICY_FILE = os.tmpname()
 os.remove(JUICE_POLICY_FILE)
+-- slurmctld's /proc/self/status, from which the module learns SlurmUser (the
+-- uid slurmctld runs as): real uid 4242, effective 4243.
+JUICE_PROC_STATUS = os.tmpname()
+do
+	local f = assert(io.open(JUICE_PROC_STATUS, "w"))
+	f:write("Name:\tslurmctld\nUid:\t4242\t4243\t4243\t4243\nGid:\t4242\t4242\t4242\t4242\n")
+	f:close()
+end
 local base_path = package.path
 dofile(arg[1])
 -- The default script found the module beside itself.
@@ -320,16 +328,19 @@ check(rc == slurm.ERROR and msg and not msg:find("[%c]") and msg:find("\\010"), 
 check(not last_log:find("[%c]"), "newline escaped in slurmctld's log")
 check(juice.esc('a"b\\c\255\127') == '"a\\034b\\092c\\255\\127"', "esc: " .. juice.esc('a"b\\c\255\127'))
 
-local slurm_uid
-for line in io.lines("/etc/passwd") do
-	local u = line:match("^slurm:[^:]*:(%d+):")
-	if u then slurm_uid = tonumber(u) end
-end
 check(modify({ comment = "x" }, R, 1000) == slurm.ESLURM_ACCESS_DENIED, "user edits comment of juice job")
 check(modify({ admin_comment = "x" }, R, 1000) == slurm.ESLURM_ACCESS_DENIED, "user edits admin_comment")
 check(modify({ time_limit = 5 }, R, 1000) == 0, "user edits something else")
 check(modify({ comment = "x" }, R, 0) == 0, "root edits comment")
-if slurm_uid then check(modify({ comment = "x" }, R, slurm_uid) == 0, "SlurmUser edits") end
+check(modify({ comment = "x" }, R, 4243) == 0, "SlurmUser (slurmctld's effective uid) edits")
+check(modify({ comment = "x" }, R, 4242) == slurm.ESLURM_ACCESS_DENIED, "slurmctld's real uid is not SlurmUser's")
+-- SlurmUser is whoever slurmctld runs as, not a user of some name.
+for line in io.lines("/etc/passwd") do
+	local u = tonumber(line:match("^slurm:[^:]*:(%d+):") or "")
+	if u and u ~= 0 and u ~= 4243 then
+		check(modify({ comment = "x" }, R, u) == slurm.ESLURM_ACCESS_DENIED, "a user named slurm is nobody special")
+	end
+end
 check(modify({ comment = "x" }, nil, 1000) == 0, "non-juice job, no admin_comment")
 check(modify({ comment = "juice:v1:pool=x,gpus=1" }, "other", 1000) == 0, "non-juice job")
 
@@ -381,6 +392,7 @@ check(rc == slurm.ERROR and msg and msg:find("^juice: ") and jd.admin_comment ==
 check(modify({ comment = "x" }, R, 1000) == 0, "missing module: modify passes")
 os.remove(tmp .. "/job_submit.lua")
 os.remove(tmp)
+os.remove(JUICE_PROC_STATUS)
 
 print(string.format("job_submit.lua: %d passed, %d failed", passed, failed))
 os.exit(failed == 0 and 0 or 1)
