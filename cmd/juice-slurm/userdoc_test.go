@@ -25,7 +25,7 @@ func TestUserGuideMessagesExist(t *testing.T) {
 
 	var src strings.Builder
 	for _, glob := range []string{"../../spank/*.c", "../../hooks/*.lua", "../../hooks/*.sh", "../../internal/*/*.go",
-		"../../controller/*.go", "../../reconcile/*.go", "../../reconcile/*/*.go", "../../juiceapi/*.go"} {
+		"../../controller/*.go", "../../controller/*/*.go", "../../reconcile/*.go", "../../reconcile/*/*.go", "../../juiceapi/*.go"} {
 		files, err := filepath.Glob(glob)
 		require.NoError(t, err)
 		for _, f := range files {
