@@ -164,7 +164,9 @@ type NewReservation struct {
 	UserName  string
 	Account   string
 	Partition string
-	JobState  string
+	// JobState and JobReason are what Slurm says of the job as it is first seen: stored in the spec at once, so
+	// that the next poll, which sees the same, has nothing to write.
+	JobState, JobReason string
 	// Reason says who saw the run first: the poller, or a prolog that came before it.
 	Reason string
 }

@@ -289,7 +289,7 @@ func (a *Server) register(ctx context.Context, run reconcile.RunID) (reconcile.R
 		run.ArrayJobID, run.ArrayTaskID = j.Array.JobID, j.Array.TaskID
 	}
 	res, created, err := a.Store.EnsureRun(ctx, reconcile.NewReservation{Run: run, Request: req, UserName: j.UserName,
-		Account: j.Account, Partition: j.Partition, JobState: string(j.State), Reason: "registered by the prolog: " + req.Describe()})
+		Account: j.Account, Partition: j.Partition, JobState: string(j.State), JobReason: j.StateReason, Reason: "registered by the prolog: " + req.Describe()})
 	if created {
 		a.Log.Info("prolog registered a run the poller had not seen", "job", run.JobID, "run", run.Run, "request", req.String())
 	}

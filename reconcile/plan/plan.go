@@ -264,7 +264,7 @@ func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead) ([]rec
 			what = fmt.Sprintf("array element %d_%d", run.ArrayJobID, run.ArrayTaskID)
 		}
 		news = append(news, reconcile.NewReservation{Run: run, Request: j.Request, UserName: j.UserName, Account: j.Account,
-			Partition: j.Partition, JobState: string(j.State),
+			Partition: j.Partition, JobState: string(j.State), JobReason: j.StateReason,
 			Reason: fmt.Sprintf("%s %s: reserving %s", what, j.State, j.Request.Describe())})
 	}
 	sort.Slice(news, func(a, b int) bool {

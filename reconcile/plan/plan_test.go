@@ -173,6 +173,27 @@ func TestPlanNewReservationReason(t *testing.T) {
 	require.Equal(t, "RUNNING", ch.Create[1].JobState)
 }
 
+// A new reservation carries what Slurm says of its job, its pending reason too: the next plan over the same snapshot
+// has nothing to record (the reason once went unstored, and every reservation paid a write, a NOTIFY and a read).
+func TestPlanNewReservationNeedsNoSecondWrite(t *testing.T) {
+	t.Parallel()
+	snap := snapshot(job(1, 0, slurmrest.StatePending, 1), job(2, 0, slurmrest.StateRunning, 1))
+	j2 := snap.Jobs[2]
+	j2.StateReason = "None"
+	snap.Jobs[2] = j2
+	ch := Plan(snap, Runs{}, reconcile.Lookahead{PerPool: 2})
+	require.Len(t, ch.Create, 2)
+	var open []reconcile.Tracked
+	for _, nr := range ch.Create {
+		open = append(open, reconcile.Tracked{ID: uuid.New(), Run: nr.Run, State: reconcile.StatePending,
+			JobState: nr.JobState, JobReason: nr.JobReason})
+	}
+	require.Equal(t, []string{"Priority", "None"}, []string{open[0].JobReason, open[1].JobReason})
+	for _, o := range Plan(snap, Runs{Open: open}, reconcile.Lookahead{PerPool: 2}).Observe {
+		require.False(t, o.Record, "job %d: %+v", o.Run.JobID, o)
+	}
+}
+
 // What Slurm says of each open run's job: recorded when it changed; the run let go when its job ended, was
 // requeued, vanished (confirmed by a GET) or is held, and only a hold leaves the run open.
 func TestPlanObservesOpenRuns(t *testing.T) {

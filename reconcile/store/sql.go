@@ -63,14 +63,15 @@ var (
 	// they are. One statement for any number of runs, with the creation events and the notifications.
 	sqlEnsure = `WITH n AS (
 			SELECT * FROM unnest($2::uuid[], $3::bigint[], $4::integer[], $5::text[], $6::text[], $7::integer[],
-				$8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[], $14::bigint[], $15::text[])
+				$8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[], $14::bigint[], $15::text[],
+				$16::text[])
 				AS n(id, job_id, run, request, pool, gpus, vram, user_name, partition, reason, job_state, array_job_id,
-					array_task_id, account)),
+					array_task_id, account, job_reason)),
 		ins AS (
 			INSERT INTO juice_reservations (id, cluster, job_id, run, request, pool, gpus, vram, user_name, partition,
-				state, reason, wanted, job_state, array_job_id, array_task_id, account)
+				state, reason, wanted, job_state, job_reason, array_job_id, array_task_id, account)
 			SELECT id, $1, job_id, run, request, pool, gpus, vram, user_name, partition, 'pending', reason, true, job_state,
-				array_job_id, array_task_id, account
+				job_reason, array_job_id, array_task_id, account
 			FROM n
 			-- The arbiters are juice_reservations_live_run and, for an array's element, juice_reservations_live_element
 			-- (the same predicate): a run blocked by either is left as it is.

@@ -241,6 +241,7 @@ func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]r
 	arrays, tasks := make([]*int64, n), make([]*int64, n)
 	gpus, vram := make([]int32, n), make([]int64, n)
 	users, parts, reasons, states, accounts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	jobReasons := make([]string, n)
 	for i, nr := range nrs {
 		if nr.Run.Cluster != s.cluster {
 			return nil, fmt.Errorf("ensure reservation of %s: this store serves cluster %s", nr.Run, s.cluster)
@@ -257,9 +258,10 @@ func (s *Store) Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]r
 		}
 		texts[i], pools[i], gpus[i], vram[i] = nr.Request.String(), nr.Request.Pool, int32(nr.Request.GPUs), int64(nr.Request.VRAM)
 		users[i], parts[i], reasons[i], states[i], accounts[i] = nr.UserName, nr.Partition, nr.Reason, nr.JobState, nr.Account
+		jobReasons[i] = nr.JobReason
 	}
 	created, err := scanAll(s.pool.Query(ctx, sqlEnsure, s.cluster, ids, jobs, runs, texts, pools, gpus, vram, users, parts, reasons, states,
-		arrays, tasks, accounts))
+		arrays, tasks, accounts, jobReasons))
 	if err != nil {
 		return nil, fmt.Errorf("ensure %d reservations: %w", n, err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -205,10 +206,16 @@ func TestStoreEnsureMany(t *testing.T) {
 	live, _ := ensure(t, s, nr(1))
 	failed, _ := ensure(t, s, nr(2))
 	move(t, s, &failed, reconcile.EventFail, "never fits")
-	created, err := s.Ensure(ctx, []reconcile.NewReservation{nr(1), nr(2), nr(3), nr(4)})
+	seen := nr(4)
+	seen.JobState, seen.JobReason = "PENDING", "Priority"
+	created, err := s.Ensure(ctx, []reconcile.NewReservation{nr(1), nr(2), nr(3), seen})
 	require.NoError(t, err)
 	require.Len(t, created, 2)
 	require.ElementsMatch(t, []uint32{3, 4}, []uint32{created[0].Run.JobID, created[1].Run.JobID})
+	// What Slurm said of the job is in the spec from the start: the next poll has nothing to write.
+	r4, err := s.Get(ctx, created[slices.IndexFunc(created, func(r reconcile.Reservation) bool { return r.Run.JobID == 4 })].ID)
+	require.NoError(t, err)
+	require.Equal(t, [2]string{"PENDING", "Priority"}, [2]string{r4.Spec.JobState, r4.Spec.JobReason})
 	ended, err := s.Ended(ctx, []uint32{1, 2, 3, 4, 5})
 	require.NoError(t, err)
 	require.Len(t, ended, 1, "the live run 1 and the new 3 and 4 have not ended")
