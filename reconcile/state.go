@@ -16,8 +16,9 @@ import (
 //	                         └──closed, after a failure──► failed
 //
 // pending may also wait (stay pending, saying why in Reason): a user at the site policy's cap on GPUs in a pool.
-// pending and requesting may also fail straight to failed when no session can exist yet (pending), or the
-// controller refused the request outright (requesting: no capacity ever, unknown pool).
+// Only pending fails straight to failed: no request was sent, so no session can exist (the site policy refused
+// the run). Every later failure, a refusal in requesting too (no capacity ever, unknown pool), goes through
+// releasing, since a request with the run's key may have left a session behind.
 //
 // released and failed are final. A failure that holds a session passes through releasing, with FailReason
 // set, so a session is cancelled before the run is called failed: the prolog already treats such a run as

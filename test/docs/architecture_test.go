@@ -301,3 +301,38 @@ func checkDoc(t *testing.T, doc string) {
 	require.Greater(t, checked, 30, "%s: too few names checked; is the parser still reading its spans?", doc)
 	t.Logf("%s: %d names checked", doc, checked)
 }
+
+// Every package of the module is in the document's package table (named in a code span), so that a new package
+// cannot be added without a line saying what it holds.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "docs/architecture.md"))
+	require.NoError(t, err)
+	named := map[string]bool{}
+	for _, m := range codeSpan.FindAllStringSubmatch(string(data), -1) {
+		named[strings.TrimSuffix(m[1], "/")] = true
+	}
+	dirs := map[string]bool{}
+	err = filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != repoRoot && (strings.HasPrefix(d.Name(), ".") || d.Name() == "build" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".go") {
+			rel, err := filepath.Rel(repoRoot, filepath.Dir(path))
+			if err != nil {
+				return err
+			}
+			dirs[filepath.ToSlash(rel)] = true
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, dirs)
+	for dir := range dirs {
+		if !named[dir] {
+			t.Errorf("docs/architecture.md's package table does not name the package %q", dir)
+		}
+	}
+}
