@@ -174,6 +174,15 @@ dpkg_ -i --force-confold "$deb" >/dev/null
 grep -qxF "# check.sh: an administrator's line, kept on upgrade" /etc/juice-slurm/juice-slurm.conf || fail "upgrade: the edited settings file was replaced"
 grep -qx SLURM_USER=slurm /etc/default/juice-slurm || fail "upgrade: /etc/default/juice-slurm does not name slurm"
 expect_dirs "upgrade from $prevv" "$user" "$group"
+# The edited settings file is kept (--force-confold, as an administrator answering "keep"); when the shipped one
+# changed between the two versions, dpkg leaves the new one beside it as .dpkg-dist, which the administrator merges.
+dist=/etc/juice-slurm/juice-slurm.conf.dpkg-dist
+if cmp -s <(dpkg-deb --fsys-tarfile "$prev" | tar -xO ./etc/juice-slurm/juice-slurm.conf) "$x/etc/juice-slurm/juice-slurm.conf"; then
+	[ ! -e "$dist" ] || fail "upgrade: $dist left though the shipped settings file did not change"
+else
+	cmp -s "$dist" "$x/etc/juice-slurm/juice-slurm.conf" || fail "upgrade: the new shipped settings file is not in $dist"
+	rm -f "$dist"
+fi
 [ "$(others)" = "$before" ] || fail "upgrade: files beside the settings changed: $(diff <(echo "$before") <(others))"
 # Installed again (an upgrade from this very version): nothing moves.
 dpkg_ -i --force-confold "$deb" >/dev/null
