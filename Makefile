@@ -138,7 +138,7 @@ unit:
 # first command: the demo fails on any step that does not do what it shows); then the README's first command again,
 # from a Debian 12 root that has none of what it installs (test-bare: a missing or racing install step fails here,
 # though this machine kept what earlier runs installed).
-test: testbed-up build lint test-spank test-go test-smoke test-failover test-releases test-security test-juice-legacy test-compat test-package demo-installed test-bare
+test: testbed-up build lint test-spank test-go test-smoke test-replicas test-failover test-releases test-security test-juice-legacy test-compat test-package demo-installed test-bare
 	@echo "make test: all suites passed"
 
 # make demo from a bare Debian 12 root (test/bare/bare.sh): its own network namespace, so the host's test bed runs on.
@@ -157,6 +157,11 @@ test-go:
 # first: another checkout may have wired its own in between.
 test-smoke: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) test -count=1 -tags smoke ./test/smoke/'
+
+# The controller on hosts of its own (docs/admin.md section 7): two replicas as SlurmUser at addresses of their own,
+# a certificate naming both, the hooks calling both, and the leader killed between two sruns (test/replicas).
+test-replicas: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/testbed.sh services && bash test/replicas/replicas.sh'
 
 # PostgreSQL that fails over: a primary and a streaming standby of their own (test/pgpair.sh, ports 5441/5442),
 # a multi-host URL with target_session_attrs=read-write, and the standby promoted in the middle of a run of jobs

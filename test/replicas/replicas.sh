@@ -1,0 +1,176 @@
+#!/bin/bash
+# The controller on hosts of its own, two replicas, as docs/admin.md section 7 sets them up, on the wired 22.05
+# test bed: each replica has its own settings directory (the secrets copied with their owners and modes), runs as
+# SlurmUser, and serves the hook API at an address of its own (10.231.1.2 and 10.231.1.3, added to lo for the
+# run), never 127.0.0.1; the hook certificate names both (JUICE_HOOK_SANS), and the hooks call both
+# (JUICE_HOOK_URL, a list). Checked:
+#   - each replica answers /readyz over TLS at its address; a certificate made without JUICE_HOOK_SANS is refused
+#     there (the hooks' check, curl's here);
+#   - juice-slurm status names the leader; an srun gets its GPUs through the replicas;
+#   - the leader killed (SIGKILL: no lease given back), the other takes the lease and the next srun gets its GPUs;
+#     nothing leaks.
+# The test bed's own controller is stopped for the run, and the bed's juice-config.sh put back and its services
+# started again at the end, whatever happened. Run by make test-replicas (under the host lock, after wire and
+# services).
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+env_file=${JUICE_TESTBED_ENV:-/var/tmp/juice-testbed/env}
+# shellcheck disable=SC1090
+. "$env_file"
+TB=$JUICE_TESTBED_DIR
+BIN=${JUICE_SLURM_BIN:-$REPO/bin/juice-slurm}
+SLURM_USER=$JUICE_TESTBED_SLURM_USER
+CONFIG_SH=/etc/juice-slurm/juice-config.sh
+A=10.231.1.2 B=10.231.1.3 PORT=7171
+W=$TB/replicas
+log() { printf '[replicas %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+fail() { log "FAIL: $*"; exit 1; }
+[ -n "${JUICE_TESTBED_DEMO_DB_URL:-}" ] || fail "$env_file has no JUICE_TESTBED_DEMO_DB_URL: run test/testbed.sh services first"
+[ -s "$CONFIG_SH" ] || fail "$CONFIG_SH is missing: run test/testbed.sh wire first"
+
+pids=()
+restore() {
+	local rc=$?
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done
+	[ -s "$W/juice-config.sh.bed" ] && mv "$W/juice-config.sh.bed" "$CONFIG_SH"
+	ip addr del $A/32 dev lo 2>/dev/null || true
+	ip addr del $B/32 dev lo 2>/dev/null || true
+	bash "$REPO/test/testbed.sh" services >/dev/null 2>&1 || log "the test bed's services did not start again"
+	[ $rc = 0 ] || { log "replica logs:"; tail -n 20 "$W"/ctl*.log >&2 || true; }
+	exit $rc
+}
+trap restore EXIT
+
+# The bed's controller steps aside: the replicas are the only controllers of the cluster.
+if [ -s "$TB/run/juice-controller.pid" ]; then
+	kill "$(cat "$TB/run/juice-controller.pid")" 2>/dev/null || true
+	while kill -0 "$(cat "$TB/run/juice-controller.pid")" 2>/dev/null; do sleep 0.1; done
+fi
+rm -rf "$W" && install -d -m 0755 "$W"
+cp -p "$CONFIG_SH" "$W/juice-config.sh.bed"
+ip addr replace $A/32 dev lo
+ip addr replace $B/32 dev lo
+
+# Step 1: the certificate names every replica (made where the secrets are, /etc/juice-slurm on the slurmctld host;
+# here a directory of the test's own, with the bed's cluster key and hook secret).
+src=$W/slurmctld-host
+install -d -m 0750 -o root -g "$SLURM_USER" "$src"
+install -m 0600 -o "$SLURM_USER" -g "$SLURM_USER" /etc/juice-slurm/cluster.key /etc/juice-slurm/hook.secret "$src/"
+install -m 0600 -o "$SLURM_USER" -g "$SLURM_USER" "$TB/demo/juice.token" "$src/juice.token"
+install -m 0600 -o "$SLURM_USER" -g "$SLURM_USER" "$JUICE_TESTBED_TOKEN_FILE" "$src/slurm.token"
+pgpass=$(sed -n 's/.*passfile=\([^&]*\).*/\1/p' <<<"$JUICE_TESTBED_DEMO_DB_URL")
+install -m 0600 -o "$SLURM_USER" -g "$SLURM_USER" "$pgpass" "$src/pgpass"
+JUICE_HOOK_SANS="IP:$A,IP:$B" sh "$REPO/deploy/make-hook-cert.sh" "$src" "$SLURM_USER" >&2
+openssl x509 -in "$src/hook.crt" -noout -ext subjectAltName | grep -q "IP Address:$B" || fail "hook.crt does not name $B"
+# A certificate without JUICE_HOOK_SANS, to show that the names matter.
+bare=$W/bare-cert && install -d -m 0700 "$bare"
+sh "$REPO/deploy/make-hook-cert.sh" "$bare" root >/dev/null
+
+# Steps 2 to 4: each replica's own directory, the secrets copied keeping owners and modes, its settings file.
+db=$(sed "s#passfile=[^&]*#passfile=PGPASS#" <<<"$JUICE_TESTBED_DEMO_DB_URL")
+start_replica() { # start_replica NAME ADDRESS
+	local name=$1 addr=$2 etc=$W/$1
+	install -d -m 0750 -o root -g "$SLURM_USER" "$etc"
+	tar -C "$src" -cpf - cluster.key hook.secret hook.crt hook.key juice.token slurm.token pgpass | tar -C "$etc" --same-owner -xpf -
+	cat >"$etc/juice-slurm.conf" <<EOF
+cluster = $JUICE_TESTBED_CLUSTER
+database-url = ${db/PGPASS/$etc/pgpass}
+slurmrestd-url = $JUICE_TESTBED_SLURMRESTD_URL
+slurm-token-file = $etc/slurm.token
+slurm-user = $SLURM_USER
+juice-url = http://127.0.0.1:7070
+juice-token-file = $etc/juice.token
+cluster-key = $etc/cluster.key
+hook-secret = $etc/hook.secret
+hook-cert = $etc/hook.crt
+hook-key = $etc/hook.key
+hook-listen = $addr:$PORT
+metrics-listen = $addr:8171
+state-dir = $JUICE_TESTBED_SESSIONS_DIR
+poll-interval = 1s
+lease-ttl = 5s
+EOF
+	chown root:"$SLURM_USER" "$etc/juice-slurm.conf" && chmod 0640 "$etc/juice-slurm.conf"
+	setsid setpriv --reuid "$SLURM_USER" --regid "$SLURM_USER" --init-groups \
+		"$BIN" controller --config "$etc/juice-slurm.conf" </dev/null >"$W/ctl-$name.log" 2>&1 &
+	pids+=($!)
+	eval "pid_$name=$!"
+}
+ready() { curl -fsS --max-time 2 --cacert "$src/hook.crt" "https://$1:$PORT/readyz" >/dev/null 2>&1; }
+wait_ready() { # wait_ready ADDRESS
+	local i
+	for i in $(seq 1 60); do
+		ready "$1" && return 0
+		sleep 1
+	done
+	fail "the replica at $1 is not ready after 60 s"
+}
+start_replica ctl1 $A
+wait_ready $A
+start_replica ctl2 $B
+wait_ready $B
+log "two replicas ready, as $SLURM_USER, at https://$A:$PORT and https://$B:$PORT"
+# Step 7's check, and what a certificate without the names gets.
+if out=$(curl -sS --max-time 5 --cacert "$bare/hook.crt" "https://$A:$PORT/readyz" 2>&1); then
+	fail "a certificate that does not name $A was taken: $out"
+fi
+grep -qi "certificate\|SSL" <<<"$out" || fail "curl with the certificate that lacks $A said: $out"
+
+status() { "$BIN" status --config "$W/ctl1/juice-slurm.conf"; }
+leader=""
+for i in $(seq 1 30); do
+	leader=$(status | sed -n 's/^leader: \([^ ]*\) (lease until.*/\1/p')
+	[ -n "$leader" ] && break
+	sleep 1
+done
+[ -n "$leader" ] || fail "juice-slurm status names no leader: $(status | head -3)"
+log "leader: $leader"
+
+# Step 6: the hooks on the slurmctld host call both replicas, and pin the certificate that names them.
+{
+	grep -v '^JUICE_HOOK_URL=\|^JUICE_HOOK_CA=' "$W/juice-config.sh.bed"
+	echo "JUICE_HOOK_URL=https://$A:$PORT,https://$B:$PORT"
+	echo "JUICE_HOOK_CA=$src/hook.crt"
+} >"$W/juice-config.sh.new"
+chmod 0644 "$W/juice-config.sh.new" && mv "$W/juice-config.sh.new" "$CONFIG_SH"
+chmod 0755 "$src" # the prolog (SlurmUser) reads hook.crt and hook.secret there, as in /etc/juice-slurm
+
+job() { # job NAME: an srun with 2 GPUs from pool test; prints the session id the task saw
+	local out
+	out=$(timeout 120 srun --job-name="$1" --juice-pool=test --juice-gpu-count=2 printenv JUICE_SESSION_ID 2>&1) ||
+		fail "srun $1 failed: $out"
+	grep -Eqx '[0-9a-f-]{36}' <<<"$out" || fail "srun $1 printed no session id: $out"
+	echo "$out"
+}
+s1=$(job replicas-1)
+log "srun through the replicas got session $s1"
+
+# The leader dies without giving the lease back; the other replica takes it within lease-ttl and serves the next.
+case $leader in
+*:"$pid_ctl1") dead=$pid_ctl1 other=$A ;;
+*:"$pid_ctl2") dead=$pid_ctl2 other=$B ;;
+*) fail "the leader $leader is neither replica (pids $pid_ctl1, $pid_ctl2)" ;;
+esac
+kill -KILL "$dead"
+log "killed the leader (pid $dead); the replica at $other goes on"
+new=""
+for i in $(seq 1 30); do
+	new=$(status | sed -n 's/^leader: \([^ ]*\) (lease until.*/\1/p')
+	[ -n "$new" ] && [ "$new" != "$leader" ] && break
+	sleep 1
+done
+[ -n "$new" ] && [ "$new" != "$leader" ] || fail "no replica took the lease from $leader within 30 s (lease-ttl 5 s): ${new:-none}"
+log "leader now: $new"
+# The hooks try the dead replica first when it was the first of the list: refused, passed over.
+s2=$(job replicas-2)
+log "srun after the leader died got session $s2"
+[ "$s1" != "$s2" ] || fail "two jobs got the same session $s1"
+# Nothing leaks: both runs' reservations are released once their jobs ended.
+for i in $(seq 1 60); do
+	open=$(status | awk '$1 == "test" {print $2 + $3 + $4 + $5 + $6}')
+	[ "${open:-0}" = 0 ] && break
+	sleep 1
+done
+[ "${open:-0}" = 0 ] || fail "reservations of pool test still open: $(status)"
+log "PASS: two replicas at their own addresses served the hooks, and the second took over from the leader"
