@@ -100,6 +100,12 @@ type license struct {
 
 // Run syncs now, then every Period (sooner, with backoff, after a failure) until ctx ends.
 func (s *Syncer) Run(ctx context.Context) {
+	if len(s.Pools) == 0 {
+		s.Log.Info("license sync started; the policy names no pools, so only the Juice licenses slurmdbd holds for the cluster are kept",
+			"period", s.period().String())
+	} else {
+		s.Log.Info("license sync started", "pools", s.Pools, "period", s.period().String())
+	}
 	failures := 0
 	for {
 		err := s.Sync(ctx)
