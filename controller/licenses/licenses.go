@@ -28,10 +28,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/uuid"
 
 	"github.com/juice-slurm/juice-slurm/controller/sweep"
 	"github.com/juice-slurm/juice-slurm/internal/backoff"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 )
 
@@ -57,6 +59,13 @@ type Sacctmgr interface {
 	Run(ctx context.Context, args ...string) (string, error)
 }
 
+// Store is what the Syncer reads of this cluster's reservations (store.Store): whose each session is
+// (sweep.Belongs), with the ready runs listed once per sync.
+type Store interface {
+	sweep.Reservations
+	Ready(ctx context.Context) ([]reconcile.ReadyRun, error)
+}
+
 // Metrics counts what the Syncer does (controller.Metrics).
 type Metrics interface {
 	// SetLicense reports a pool's license count, as slurmdbd has it.
@@ -74,7 +83,7 @@ type Syncer struct {
 	// Pools goes to 0.
 	Pools    []string
 	Juice    juiceapi.Client
-	Store    sweep.Reservations
+	Store    Store
 	Sacctmgr Sacctmgr
 	Log      logr.Logger
 	Metrics  Metrics // nil: none
@@ -90,6 +99,9 @@ type Syncer struct {
 	// counts are the licenses slurmdbd has, as read or last written, by their pool's name in lower case:
 	// slurmdbd may store names in lower case, and MariaDB compares them without case.
 	counts map[string]license
+	// foreign are the keys the store did not know at the last sync: a session is asked for under a reservation's
+	// id after the reservation exists, so a key not found stays so.
+	foreign map[uuid.UUID]bool
 }
 
 // license is a pool's license as slurmdbd has it.
@@ -164,11 +176,13 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		}
 	}
 	sort.Strings(pools)
+	look := &lookup{st: s.Store, known: s.foreign, foreign: map[uuid.UUID]bool{}}
+	defer func() { s.foreign = look.foreign }()
 	var errs []error
 	for _, pool := range pools {
 		want := 0
 		if len(s.Pools) == 0 || served[strings.ToLower(pool)] {
-			n, err := s.capacity(ctx, pool)
+			n, err := s.capacity(ctx, look, pool)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -184,7 +198,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 
 // capacity is what pool can give this cluster now: the GPUs of its active agents less the distinct GPUs held by
 // sessions that serve none of our runs (sweep.Belongs). 0 when the Juice Controller cannot name the pool.
-func (s *Syncer) capacity(ctx context.Context, pool string) (int, error) {
+func (s *Syncer) capacity(ctx context.Context, look *lookup, pool string) (int, error) {
 	view, err := juiceapi.WalkPool(ctx, s.Juice, pool, time.Now())
 	if errors.Is(err, juiceapi.ErrNoCapacity) {
 		return 0, nil
@@ -205,7 +219,7 @@ func (s *Syncer) capacity(ctx context.Context, pool string) (int, error) {
 			if sess.Ended() || len(sess.GPUs) == 0 {
 				continue
 			}
-			whose, _, err := sweep.Belongs(ctx, s.Store, sess)
+			whose, _, err := sweep.Belongs(ctx, look, sess)
 			if err != nil {
 				return 0, fmt.Errorf("license of pool %s: %w", pool, err)
 			}
@@ -219,6 +233,42 @@ func (s *Syncer) capacity(ctx context.Context, pool string) (int, error) {
 		total += max(gpus-len(held), 0)
 	}
 	return total, nil
+}
+
+// lookup answers sweep.Belongs for one sync without a query per session: at 100,000 ready runs a read of each
+// session's reservation every period would be 100,000 queries. A ready run's reservation comes from one listing
+// of the ready runs (the liveness watch's), a key the store did not know at the last sync from memory, and any
+// other from the store.
+type lookup struct {
+	st      Store
+	ready   map[uuid.UUID]string // reservation -> its session, listed at the first Get
+	known   map[uuid.UUID]bool   // the keys not found at the last sync
+	foreign map[uuid.UUID]bool   // those not found at this one
+}
+
+func (l *lookup) Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error) {
+	if l.ready == nil {
+		runs, err := l.st.Ready(ctx)
+		if err != nil {
+			return reconcile.Reservation{}, err
+		}
+		l.ready = make(map[uuid.UUID]string, len(runs))
+		for _, r := range runs {
+			l.ready[r.ID] = r.SessionID
+		}
+	}
+	if sid, ok := l.ready[id]; ok {
+		return reconcile.Reservation{ID: id, Status: reconcile.Status{State: reconcile.StateReady, SessionID: sid}}, nil
+	}
+	if l.known[id] || l.foreign[id] {
+		l.foreign[id] = true
+		return reconcile.Reservation{}, reconcile.ErrNotFound
+	}
+	r, err := l.st.Get(ctx, id)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		l.foreign[id] = true
+	}
+	return r, err
 }
 
 // write sets pool's license to count when slurmdbd has another figure, adding the license when it has none.

@@ -73,15 +73,30 @@ func session(id, key string, indexes ...int) juiceapi.Session {
 	return s
 }
 
-// reservations holds this cluster's reservations in memory.
-type reservations map[uuid.UUID]reconcile.Reservation
+// reservations holds this cluster's reservations in memory, and counts the reads.
+type reservations struct {
+	rows        map[uuid.UUID]reconcile.Reservation
+	gets, lists int
+}
 
-func (m reservations) Get(_ context.Context, id uuid.UUID) (reconcile.Reservation, error) {
-	r, ok := m[id]
+func (m *reservations) Get(_ context.Context, id uuid.UUID) (reconcile.Reservation, error) {
+	m.gets++
+	r, ok := m.rows[id]
 	if !ok {
 		return r, reconcile.ErrNotFound
 	}
 	return r, nil
+}
+
+func (m *reservations) Ready(context.Context) ([]reconcile.ReadyRun, error) {
+	m.lists++
+	var out []reconcile.ReadyRun
+	for _, r := range m.rows {
+		if r.Status.State == reconcile.StateReady {
+			out = append(out, reconcile.ReadyRun{ID: r.ID, SessionID: r.Status.SessionID})
+		}
+	}
+	return out, nil
 }
 
 // sacctmgr records its calls and keeps slurmdbd's licenses; fail makes every call fail.
@@ -182,14 +197,14 @@ func (m *fakeMetrics) ObserveLicenseUpdate(result string) {
 
 type world struct {
 	juice    *juice
-	st       reservations
+	st       *reservations
 	sacctmgr *sacctmgr
 	metrics  *fakeMetrics
 	syncer   *Syncer
 }
 
 func newWorld(pools ...string) *world {
-	w := &world{juice: &juice{pools: map[string][]juiceapi.Agent{}}, st: reservations{},
+	w := &world{juice: &juice{pools: map[string][]juiceapi.Agent{}}, st: &reservations{rows: map[uuid.UUID]reconcile.Reservation{}},
 		sacctmgr: &sacctmgr{licenses: map[string]int{}}, metrics: &fakeMetrics{}}
 	w.syncer = &Syncer{Cluster: "c1", Pools: pools, Juice: w.juice, Store: w.st, Sacctmgr: w.sacctmgr,
 		Log: logr.Discard(), Metrics: w.metrics}
@@ -199,7 +214,7 @@ func newWorld(pools ...string) *world {
 // ours adds a reservation of this cluster in state holding session sid, and returns its key.
 func (w *world) ours(state reconcile.State, sid string) string {
 	id := uuid.New()
-	w.st[id] = reconcile.Reservation{ID: id, Status: reconcile.Status{State: state, SessionID: sid}}
+	w.st.rows[id] = reconcile.Reservation{ID: id, Status: reconcile.Status{State: state, SessionID: sid}}
 	return id.String()
 }
 
@@ -224,6 +239,7 @@ func TestForeignSessionsAreTakenOffOursAreNot(t *testing.T) {
 	ready := w.ours(reconcile.StateReady, "s-ready")
 	waiting := w.ours(reconcile.StateWaiting, "") // a pending job's reservation, its session just placed
 	released := w.ours(reconcile.StateReleased, "s-gone")
+	moved := w.ours(reconcile.StateReady, "s-new") // a run that was given a second session (a lost answer)
 	ended := session("s-ended", "", 7)
 	ended.State = juiceapi.StateClosed
 	w.juice.pools["test"] = []juiceapi.Agent{
@@ -237,10 +253,11 @@ func TestForeignSessionsAreTakenOffOursAreNot(t *testing.T) {
 		agent("a2", 4,
 			session("slice-1", "", 0), session("slice-2", "", 0), // two slices of another client on one GPU
 			session("s-legacy", uuid.NewString(), 0, 1)), // a legacy grant of more GPUs, one of them shared
+		agent("a3", 2, session("s-new", moved, 0), session("s-old", moved, 1)),
 	}
 	require.NoError(t, w.syncer.Sync(context.Background()))
-	// a1: 8 less GPUs 4, 5 and 6; a2: 4 less GPUs 0 and 1.
-	require.Equal(t, 5+2, w.sacctmgr.licenses["juice_test"])
+	// a1: 8 less GPUs 4, 5 and 6; a2: 4 less GPUs 0 and 1; a3: 2 less the orphan s-old's GPU 1.
+	require.Equal(t, 5+2+1, w.sacctmgr.licenses["juice_test"])
 }
 
 // Two pending jobs each holding a reservation for half the pool: the license keeps the whole pool, so both start.
@@ -447,7 +464,32 @@ func TestForIsWhatJobSubmitGives(t *testing.T) {
 	require.GreaterOrEqual(t, rows, 5)
 }
 
-// Belongs reads through a store.Store in production.
-var _ interface {
-	Get(context.Context, uuid.UUID) (reconcile.Reservation, error)
-} = (*store.Store)(nil)
+var _ Store = (*store.Store)(nil)
+
+// A sync reads the ready runs once, not each ready session's reservation, and a key the store did not know is not
+// asked again: at 100,000 ready runs a read per session each period would be 100,000 queries.
+func TestSyncReadsFewReservations(t *testing.T) {
+	w := newWorld("test")
+	var sessions []juiceapi.Session
+	for i := 0; i < 50; i++ {
+		sid := fmt.Sprintf("s%d", i)
+		sessions = append(sessions, session(sid, w.ours(reconcile.StateReady, sid), i))
+	}
+	stranger := uuid.NewString() // another cluster's run
+	sessions = append(sessions, session("s-waiting", w.ours(reconcile.StateWaiting, ""), 60),
+		session("s-stranger", stranger, 61), session("s-gone", w.ours(reconcile.StateReleased, "s-gone"), 62))
+	w.juice.pools["test"] = []juiceapi.Agent{agent("a1", 64, sessions...)}
+	ctx := context.Background()
+	require.NoError(t, w.syncer.Sync(ctx))
+	require.Equal(t, 64-2, w.sacctmgr.licenses["juice_test"], "the stranger's GPU and our orphan's are taken off")
+	require.Equal(t, 1, w.st.lists)
+	require.Equal(t, 3, w.st.gets, "the waiting run, the stranger and the orphan")
+	require.NoError(t, w.syncer.Sync(ctx))
+	require.Equal(t, 2, w.st.lists)
+	require.Equal(t, 3+2, w.st.gets, "the stranger is not asked again")
+	// The stranger's session ended and the sweep cancelled our orphan: the stranger's key is forgotten.
+	w.juice.pools["test"] = []juiceapi.Agent{agent("a1", 64, sessions[:51]...)}
+	require.NoError(t, w.syncer.Sync(ctx))
+	require.Equal(t, 64, w.sacctmgr.licenses["juice_test"])
+	require.Empty(t, w.syncer.foreign)
+}
