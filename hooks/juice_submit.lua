@@ -49,24 +49,24 @@ JUICE_VRAM) into the job's spank_job_env.  Here, in slurmctld:
     GPUs runs at most 4 jobs at once through Slurm, slices or not).  A job that
     names a license of server juice itself, or asks an OR of licenses (-L
     a|b, which cannot take another license beside it), is refused saying so.
-A job without JUICE_REQUEST passes through untouched.
+A job without JUICE_REQUEST passes through untouched.  What is logged is
+escaped: a user's text never forges a line of slurmctld's log.
 
 JUICE_LICENSES is read from /etc/juice-slurm/juice-config.sh (the hooks'
 settings on this host; a line JUICE_LICENSES=on or JUICE_LICENSES=off), at
-most once a second.  The file as shipped says on; a file without the line
-(one kept from before licenses existed) means off, so a site without slurmdbd
-keeps working after an upgrade.  A value other than on or off refuses every
+most once a second.  The file as shipped says off, and so does a file
+without the line (one kept from before licenses existed): a site without
+slurmdbd keeps working after an upgrade.  A value other than on or off refuses every
 Juice job, saying so in slurmctld's log.  Turn it on only with accounting set
-up and the controller's own setting licenses = on (docs/admin.md): a job asking
-a license slurmdbd does not serve is refused by Slurm at submission.  What is logged is
-escaped: a user's text never forges a line of slurmctld's log.
+up and the controller's own setting licenses = true (docs/admin.md): a job asking
+a license slurmdbd does not serve is refused by Slurm at submission.
 
 On modification, a user (neither root nor SlurmUser) may not edit comment or
 admin_comment of a job whose admin_comment is a Juice request, nor, with
 JUICE_LICENSES=on, give it licenses without the Juice license its request is
 due (or with another of server juice).
 
-The module sets no globals (its only state: the policy cache and SlurmUser's uid); it uses the
+The module sets no globals (its only state: the caches of the policy and of JUICE_LICENSES, and SlurmUser's uid); it uses the
 `slurm` table slurmctld provides at call time.
 ]]
 
