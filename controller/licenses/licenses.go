@@ -313,12 +313,30 @@ func (s *Syncer) write(ctx context.Context, pool string, count int) error {
 
 // read returns the counts of this cluster's Juice licenses in slurmdbd, by pool.
 func (s *Syncer) read(ctx context.Context) (map[string]license, error) {
-	out, err := s.Sacctmgr.Run(ctx, "-n", "-P", "show", "resource", "server="+Server, "withclusters",
+	return read(ctx, s.Sacctmgr, s.Cluster)
+}
+
+func read(ctx context.Context, m Sacctmgr, cluster string) (map[string]license, error) {
+	out, err := m.Run(ctx, "-n", "-P", "show", "resource", "server="+Server, "withclusters",
 		"format=name,count,cluster")
 	if err != nil {
 		return nil, fmt.Errorf("read the Juice licenses: %w", err)
 	}
-	return parseShow(out, s.Cluster)
+	return parseShow(out, cluster)
+}
+
+// Counts reads the counts of cluster's Juice licenses in slurmdbd (juice-slurm status), by pool as slurmdbd
+// names it.
+func Counts(ctx context.Context, m Sacctmgr, cluster string) (map[string]int, error) {
+	ls, err := read(ctx, m, cluster)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(ls))
+	for _, l := range ls {
+		out[l.pool] = l.count
+	}
+	return out, nil
 }
 
 // parseShow reads `sacctmgr -n -P show resource ... withclusters format=name,count,cluster`: one line per
