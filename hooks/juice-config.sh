@@ -28,7 +28,7 @@ JUICE_EPILOG_WAIT=15s
 # Read by job_submit.lua (its module juice_submit.lua), at most once a second: on gives every Juice job its
 # pool's Slurm license, juice_<pool>@juice:<GPUs> (a VRAM slice takes 1, a whole GPU's worth), so Slurm keeps a
 # job the pool cannot serve PENDING (Reason=Licenses) instead of starting it to wait in the prolog. on needs
-# accounting (slurmdbd) and the controller's `licenses = true` in juice-slurm.conf, which makes and keeps the
+# accounting (slurmdbd) and the controller's `licenses = on` in juice-slurm.conf, which makes and keeps the
 # licenses: a job asking a license slurmdbd does not serve is refused at submission. off (or no line) adds none.
 JUICE_LICENSES=off
 

@@ -58,7 +58,7 @@ most once a second.  The file as shipped says off, and so does a file
 without the line (one kept from before licenses existed): a site without
 slurmdbd keeps working after an upgrade.  A value other than on or off refuses every
 Juice job, saying so in slurmctld's log.  Turn it on only with accounting set
-up and the controller's own setting licenses = true (docs/admin.md): a job asking
+up and the controller's own setting licenses = on (docs/admin.md): a job asking
 a license slurmdbd does not serve is refused by Slurm at submission.
 
 On modification, a user (neither root nor SlurmUser) may not edit comment or

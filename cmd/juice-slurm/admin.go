@@ -43,8 +43,8 @@ type statusOpts struct {
 
 func statusFlags(fs *flag.FlagSet) *statusOpts {
 	return &statusOpts{storeOpts: storeFlags(fs), all: fs.Bool("all", false, "also list every open run"),
-		licenses: fs.Bool("licenses", false, "also show each pool's Slurm license count in slurmdbd (the controller's setting: true when it keeps them)"),
-		sacctmgr: fs.String("sacctmgr", "/usr/bin/sacctmgr", "sacctmgr, which reads the licenses (licenses = true)")}
+		licenses: switchFlag(fs, "licenses", "also show each pool's Slurm license count in slurmdbd, on or off (the controller's setting: on when it keeps them)"),
+		sacctmgr: fs.String("sacctmgr", "/usr/bin/sacctmgr", "sacctmgr, which reads the licenses (licenses = on)")}
 }
 
 func jobFlags(fs *flag.FlagSet) *storeOpts { return storeFlags(fs) }

@@ -79,8 +79,8 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		retention:     fs.Duration("retention", controller.DefaultRetention, "keep the reservations of ended runs (and their events) this long; longer than the longest job time limit (0: for ever)"),
 		stateDir:      fs.String("state-dir", "/var/spool/juice-slurm/sessions", "the shared state directory of session files, where the prologs write them; when it is on the controller's host, the controller removes the files no ready reservation owns (absent: left to the epilog)"),
 		policyFile:    fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)"),
-		licenses:      fs.Bool("licenses", false, "keep each pool's Slurm license juice_<pool>@juice in slurmdbd at what the pool can give this cluster (needs accounting, and JUICE_LICENSES=on in juice-config.sh; the pools are the policy's)"),
-		sacctmgr:      fs.String("sacctmgr", "/usr/bin/sacctmgr", "sacctmgr, which writes the licenses' counts (licenses = true)"),
+		licenses:      switchFlag(fs, "licenses", "on or off: keep each pool's Slurm license juice_<pool>@juice in slurmdbd at what the pool can give this cluster (needs accounting, and JUICE_LICENSES=on in juice-config.sh; the pools are the policy's)"),
+		sacctmgr:      fs.String("sacctmgr", "/usr/bin/sacctmgr", "sacctmgr, which writes the licenses' counts (licenses = on)"),
 	}
 	o.newLog = logFlags(fs)
 	o.level = fs.Lookup("log-level")
