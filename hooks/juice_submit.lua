@@ -59,7 +59,9 @@ without the line (one kept from before licenses existed): a site without
 slurmdbd keeps working after an upgrade.  A value other than on or off refuses every
 Juice job, saying so in slurmctld's log.  Turn it on only with accounting set
 up and the controller's own setting licenses = on (docs/admin.md): a job asking
-a license slurmdbd does not serve is refused by Slurm at submission.
+a license slurmdbd does not serve is refused by Slurm at submission, and so is
+one asking more than the license's count now unless slurm.conf has
+SchedulerParameters=allow_zero_lic.
 
 On modification, a user (neither root nor SlurmUser) may not edit comment or
 admin_comment of a job whose admin_comment is a Juice request, nor, with
