@@ -6,7 +6,9 @@
 //   - the reconcile workers, which run the reconcile.Reconciler, the one actor on the Juice Controller;
 //   - the job actor (package jobactor), the one actor on Slurm's jobs (a requeued run begins at once when its
 //     session is ready);
-//   - the sweep (package sweep), which cancels sessions that belong to no live run.
+//   - the sweep (package sweep), which cancels sessions that belong to no live run;
+//   - with Licenses on, the license sync (package licenses), which keeps each pool's Slurm license at what the
+//     pool can give this cluster.
 //
 // The actors hear of changes through PostgreSQL's NOTIFY (package notify), re-list after every (re)subscribe,
 // and re-list on a timer as a last resort.
@@ -33,6 +35,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller/jobactor"
 	"github.com/juice-slurm/juice-slurm/controller/juiceport"
 	"github.com/juice-slurm/juice-slurm/controller/leader"
+	"github.com/juice-slurm/juice-slurm/controller/licenses"
 	"github.com/juice-slurm/juice-slurm/controller/notify"
 	"github.com/juice-slurm/juice-slurm/controller/sweep"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
@@ -101,6 +104,13 @@ type Config struct {
 	// HookTLS, when set, makes the hook API serve TLS (hookapi.ServerTLS): the hooks send their secret only to a
 	// listener that proves it holds the key of the certificate they pin. Nil serves plain HTTP (tests).
 	HookTLS *tls.Config
+	// Licenses keeps each pool's Slurm license juice_<pool>@juice in slurmdbd at what the pool can give this
+	// cluster, every ReadyCheck while leading (package licenses); job_submit.lua gives the jobs those licenses
+	// (JUICE_LICENSES in juice-config.sh). Needs accounting (slurmdbd). The pools are Policy's; without any, the
+	// Juice licenses slurmdbd already holds for the cluster.
+	Licenses bool
+	// Sacctmgr is the path of sacctmgr, which writes the licenses. Default /usr/bin/sacctmgr.
+	Sacctmgr string
 	// MaxHookConns and MaxHookConnsPerPeer cap the hook API's connections, in all and per peer (package peer);
 	// MaxWaitsPerPeer caps a peer's concurrent calls. Defaults hookserver.DefaultMaxConns, DefaultMaxConnsPerPeer
 	// and DefaultMaxWaitsPerPeer.
@@ -132,6 +142,9 @@ func (c *Config) defaults() {
 	}
 	if c.HookListen == "" {
 		c.HookListen = "127.0.0.1:7171"
+	}
+	if c.Sacctmgr == "" {
+		c.Sacctmgr = "/usr/bin/sacctmgr"
 	}
 }
 
@@ -297,11 +310,13 @@ func (c *Controller) Tuning() Tuning {
 	return Tuning{PollInterval: c.Config.PollInterval, Lookahead: c.Config.Lookahead, Sweep: c.Config.Sweep}
 }
 
-// health is what /readyz reports beyond the database: the leader's last word from slurmrestd and from Juice.
+// health is what /readyz reports beyond the database: the leader's last word from slurmrestd and from Juice, and
+// its last license sync's (a warning only: licenses never hold back the hooks).
 type health struct {
 	mu           sync.Mutex
 	leading      bool
 	slurm, juice error
+	licenses     error
 }
 
 func (h *health) set(which *error, err error) {
@@ -313,7 +328,7 @@ func (h *health) set(which *error, err error) {
 // setLeading records leadership for /readyz and the metrics; a new term starts with no word from either service.
 func (c *Controller) setLeading(on bool) {
 	c.health.mu.Lock()
-	c.health.leading, c.health.slurm, c.health.juice = on, nil, nil
+	c.health.leading, c.health.slurm, c.health.juice, c.health.licenses = on, nil, nil, nil
 	c.health.mu.Unlock()
 	c.Metrics.setLeader(on)
 }
@@ -338,6 +353,16 @@ func (c *Controller) ready(ctx context.Context) error {
 	return nil
 }
 
+// warning is what /readyz adds to a ready answer: the leader's last license sync, when it failed.
+func (c *Controller) warning() string {
+	c.health.mu.Lock()
+	defer c.health.mu.Unlock()
+	if c.health.leading && c.health.licenses != nil {
+		return "leader: licenses: " + c.health.licenses.Error()
+	}
+	return ""
+}
+
 // noteJuice notes whether the Juice Controller can be reached: a call that could not get through, or was not let
 // in, makes the leader unready; any answer (even "not found" or "no capacity") makes it ready again.
 func (h *health) noteJuice(err error) {
@@ -353,7 +378,7 @@ func (h *health) noteJuice(err error) {
 // probeHandler serves /metrics, /healthz and /readyz: the metrics listener, apart from the hook API.
 func (c *Controller) probeHandler() http.Handler {
 	mux := http.NewServeMux()
-	hookserver.Probes(mux, c.ready)
+	hookserver.Probes(mux, c.ready, c.warning)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Metrics.Registry, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -404,8 +429,28 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 			}
 			return leader.Actors{Poller: &termPoller{Poller: p, c: c, lookahead: c.Tuning().Lookahead},
 				Reconciler: rc, Liveness: rc.Liveness, Jobs: ja}
-		}}
+		}, Licenses: c.licenseSync()}
 	term.Run(ctx)
+}
+
+// licenseSync is what keeps the licenses for a term, when Licenses is on (nil when off: a term then never runs
+// sacctmgr).
+func (c *Controller) licenseSync() func(ctx context.Context) {
+	if !c.Config.Licenses {
+		return nil
+	}
+	return c.licenseSyncer().Run
+}
+
+// licenseSyncer is one term's license sync: the policy's pools, written with sacctmgr, its outcome in /readyz.
+func (c *Controller) licenseSyncer() *licenses.Syncer {
+	var pools []string
+	if c.Config.Policy != nil {
+		pools = c.Config.Policy.Pools
+	}
+	return &licenses.Syncer{Cluster: c.Config.Cluster, Pools: pools, Juice: c.Juice, Store: c.Store,
+		Sacctmgr: licenses.Exec{Path: c.Config.Sacctmgr}, Log: c.Log.WithName("licenses"), Metrics: c.Metrics,
+		Health: func(err error) { c.health.set(&c.health.licenses, err) }, Period: c.Config.ReadyCheck}
 }
 
 // termPoller is the poller as a term drives it: a retuned look-ahead applies before the next poll, and each

@@ -39,6 +39,8 @@ type Metrics struct {
 	pruned            prometheus.Counter
 	collectorErrors   *prometheus.CounterVec
 	buildInfo         *prometheus.GaugeVec
+	licenseCount      *prometheus.GaugeVec
+	licenseUpdates    *prometheus.CounterVec
 
 	all     []prometheus.Collector        // every collector registered, for Names
 	leading atomic.Bool                   // the reservations gauge and queue depths are the leader's to export
@@ -96,10 +98,16 @@ func NewMetrics(st *store.Store) *Metrics {
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "juice_slurm_build_info", Help: "Always 1: the version of this controller and the Go it was built with."},
 			[]string{"version", "goversion"}),
+		licenseCount: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "juice_slurm_license_count", Help: "The count of each pool's Slurm license juice_<pool>@juice in slurmdbd, as the leader last read or wrote it (licenses = on; exported by the leader only)."},
+			[]string{"pool"}),
+		licenseUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "juice_slurm_license_updates_total", Help: "sacctmgr calls of the license sync (a read at the start of a term, then each count written), by result."},
+			[]string{"result"}),
 	}
 	m.register(m.reconcileDuration, m.reconcileErrors, m.submitToReady, m.prologWait, m.slurmRequests,
 		m.juiceRequests, m.leader, m.polls, m.hookRefused, m.lastGoodPoll, m.sweeps, m.sweptSessions, m.hookRequests, m.prunes, m.pruned,
-		m.collectorErrors, m.buildInfo,
+		m.collectorErrors, m.buildInfo, m.licenseCount, m.licenseUpdates,
 		&queueCollector{m: m, desc: prometheus.NewDesc("juice_slurm_queue_depth",
 			"Keys waiting in the leader's work queues (ready now or later), by queue.", []string{"queue"}, nil)},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -107,6 +115,7 @@ func NewMetrics(st *store.Store) *Metrics {
 	// The series the alerts take increase() of exist at zero from the start, so that their first count shows.
 	for _, r := range []string{"ok", "error"} {
 		m.prunes.WithLabelValues(r)
+		m.licenseUpdates.WithLabelValues(r)
 	}
 	for _, limit := range []string{"connections", "waits_per_peer"} {
 		m.hookRefused.WithLabelValues(limit)
@@ -179,6 +188,20 @@ func (m *Metrics) WatchTokenExpiry(name string, token func() (string, error)) {
 }
 
 // The methods accept a nil *Metrics, so tests and tools can leave metrics out.
+
+// SetLicense reports the count of pool's Slurm license (licenses.Metrics).
+func (m *Metrics) SetLicense(pool string, count int) {
+	if m != nil {
+		m.licenseCount.WithLabelValues(pool).Set(float64(count))
+	}
+}
+
+// ObserveLicenseUpdate counts one sacctmgr call of the license sync, by result (licenses.Metrics).
+func (m *Metrics) ObserveLicenseUpdate(result string) {
+	if m != nil {
+		m.licenseUpdates.WithLabelValues(result).Inc()
+	}
+}
 
 // ObserveHookRefused counts a hook API connection closed, or a call refused, over the limit.
 func (m *Metrics) ObserveHookRefused(limit string) {
@@ -286,6 +309,7 @@ func (m *Metrics) setLeader(on bool) {
 		m.leader.Set(1)
 	} else {
 		m.leader.Set(0)
+		m.licenseCount.Reset() // the leader's to export
 	}
 }
 

@@ -1,6 +1,7 @@
 # juice-slurm hook settings, read by juice-prolog.sh and juice-epilog.sh on the slurmctld host.
 # Install as /etc/juice-slurm/juice-config.sh (root-owned, mode 0644: it holds paths, not secrets).
-# Each JUICE_* variable below but the two binaries is also read by the hook itself (its flags, upper-cased).
+# Each JUICE_* variable below but the two binaries and JUICE_LICENSES is also read by the hook itself (its flags,
+# upper-cased).
 
 # The hook binary the prolog and epilog exec (absolute: slurmctld runs the hooks with no PATH).
 JUICE_HOOK_BIN=/usr/local/lib/juice-slurm/juice-slurm-hook
@@ -24,5 +25,11 @@ JUICE_PROLOG_WAIT=240s
 JUICE_HOOK_LOG=/var/log/juice-slurm/hooks.log
 # How long the epilog waits for the release to be confirmed.
 JUICE_EPILOG_WAIT=15s
+# Read by job_submit.lua (its module juice_submit.lua), at most once a second: on gives every Juice job its
+# pool's Slurm license, juice_<pool>@juice:<GPUs> (a VRAM slice takes 1, a whole GPU's worth), so Slurm keeps a
+# job the pool cannot serve PENDING (Reason=Licenses) instead of starting it to wait in the prolog. on needs
+# accounting (slurmdbd) and the controller's `licenses = on` in juice-slurm.conf, which makes and keeps the
+# licenses: a job asking a license slurmdbd does not serve is refused at submission. off (or no line) adds none.
+JUICE_LICENSES=off
 
 export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_LOG JUICE_HOOK_SECRET JUICE_STATE_DIR JUICE_PROLOG_WAIT JUICE_EPILOG_WAIT

@@ -37,13 +37,38 @@ JUICE_VRAM) into the job's spank_job_env.  Here, in slurmctld:
     the partition its --partition or the default partition.  No policy file: only the grammar's bounds apply.  A
     policy file that does not parse refuses every Juice job (a site's limits
     are never half applied) and says so in slurmctld's log.
+  * the job is given the Slurm license of its pool, juice_<pool>@juice:<n>,
+    beside the user's own -L licenses, when JUICE_LICENSES=on (below): each
+    Juice pool is a remote license served by slurmdbd, whose count the
+    controller keeps at what the pool can serve this cluster (the GPUs of its
+    active agents less those other clients hold), so Slurm keeps a job the
+    pool cannot serve PENDING with Reason=Licenses instead of starting it.
+    n is the GPUs the request takes; a VRAM slice (--juice-vram) takes 1, a
+    whole GPU's worth: a count cannot share one GPU between slices, so a slice
+    is counted as the GPU it may keep others from (conservative: a pool of 4
+    GPUs runs at most 4 jobs at once through Slurm, slices or not).  A job that
+    names a license of server juice itself, or asks an OR of licenses (-L
+    a|b, which cannot take another license beside it), is refused saying so.
 A job without JUICE_REQUEST passes through untouched.  What is logged is
 escaped: a user's text never forges a line of slurmctld's log.
 
-On modification, a user (neither root nor SlurmUser) may not edit comment or
-admin_comment of a job whose admin_comment is a Juice request.
+JUICE_LICENSES is read from /etc/juice-slurm/juice-config.sh (the hooks'
+settings on this host; a line JUICE_LICENSES=on or JUICE_LICENSES=off), at
+most once a second.  The file as shipped says off, and so does a file
+without the line (one kept from before licenses existed): a site without
+slurmdbd keeps working after an upgrade.  A value other than on or off refuses every
+Juice job, saying so in slurmctld's log.  Turn it on only with accounting set
+up and the controller's own setting licenses = on (docs/admin.md): a job asking
+a license slurmdbd does not serve is refused by Slurm at submission, and so is
+one asking more than the license's count now unless slurm.conf has
+SchedulerParameters=allow_zero_lic.
 
-The module sets no globals (its only state: the policy cache and SlurmUser's uid); it uses the
+On modification, a user (neither root nor SlurmUser) may not edit comment or
+admin_comment of a job whose admin_comment is a Juice request, nor, with
+JUICE_LICENSES=on, give it licenses without the Juice license its request is
+due (or with another of server juice).
+
+The module sets no globals (its only state: the caches of the policy and of JUICE_LICENSES, and SlurmUser's uid); it uses the
 `slurm` table slurmctld provides at call time.
 ]]
 
@@ -393,9 +418,99 @@ local function site_policy()
 	return policy, why
 end
 
+-- The Juice license of a request (see the header): juice_<pool>@juice:<n>,
+-- the one name controller/licenses keeps the count of.  n is the request's
+-- GPUs: a VRAM slice is asked with 1 GPU (the grammar's rule), so it takes 1.
+-- test/vectors/licenses.tsv holds what a job's licenses become.
+local LICENSE_SERVER = "@juice"
+
+local function juice_license(pool, gpus)
+	return string.format("juice_%s%s:%d", pool, LICENSE_SERVER, gpus)
+end
+
+-- The names of a Slurm license list ("a:2,b@s,c*3"; items separated by "," or
+-- ";"), each with its count cut off and blanks trimmed.
+local function license_items(licenses)
+	local items = {}
+	for item in licenses:gmatch("[^,;]+") do
+		items[#items + 1] = { text = item:match("^%s*(.-)%s*$"), name = item:match("^%s*([^:*]-)%s*[:*]") or item:match("^%s*(.-)%s*$") }
+	end
+	return items
+end
+
+-- What is wrong with a user's licenses beside a Juice license: an OR (25.05's
+-- -L a|b, which cannot take another license beside it) or a license of
+-- server juice other than except (those are juice-slurm's to give).  nil: fine.
+local function license_conflict(licenses, except)
+	if licenses:find("|", 1, true) then
+		return string.format("licenses %s ask an OR of licenses, which cannot take the job's Juice license beside it", esc(licenses))
+	end
+	for _, item in ipairs(license_items(licenses)) do
+		if item.text ~= except and item.name:lower():sub(-#LICENSE_SERVER) == LICENSE_SERVER then
+			return string.format("license %s is juice-slurm's to give (a Juice job gets the one of its pool); drop it from --licenses", esc(item.name))
+		end
+	end
+	return nil
+end
+
+-- with_license(licenses, due) -> job_desc.licenses with due added beside the
+-- user's own | nil, why.
+local function with_license(licenses, due)
+	if licenses == nil or licenses == "" then return due end
+	local why = license_conflict(licenses)
+	if why then return nil, why end
+	return licenses .. "," .. due
+end
+
+-- keeps_license(licenses, due) -> nil when a job's new licenses still hold due
+-- (exactly once) and no other license of server juice | why not.
+local function keeps_license(licenses, due)
+	local why = license_conflict(licenses, due)
+	if why then return why end
+	local n = 0
+	for _, item in ipairs(license_items(licenses)) do
+		if item.text == due then n = n + 1 end
+	end
+	if n ~= 1 then
+		return string.format("its licenses must keep %s, the Juice license its request takes", due)
+	end
+	return nil
+end
+
+-- JUICE_LICENSES from the hooks' settings (see the header), re-read at most
+-- once a second.  JUICE_CONFIG_FILE (a global set before this script is
+-- loaded) overrides the path, for tests.
+local CONFIG_FILE = JUICE_CONFIG_FILE or "/etc/juice-slurm/juice-config.sh"
+local settings = { at = nil }
+
+-- Returns true (on), false (off: no file, no line, or off) or nil, why.
+local function licenses_on()
+	local now = os.time()
+	if settings.at == now then return settings.on, settings.why end
+	local on, why = false, nil
+	local f = io.open(CONFIG_FILE, "r")
+	if f then
+		for line in f:lines() do
+			-- The shell's last assignment wins: so does ours.
+			local v = line:match("^%s*export%s+JUICE_LICENSES=(%S*)") or line:match("^%s*JUICE_LICENSES=(%S*)")
+			if v then
+				v = v:gsub('^"(.*)"$', "%1"):gsub("^'(.*)'$", "%1")
+				if v == "on" then on, why = true, nil
+				elseif v == "off" then on, why = false, nil
+				else on, why = nil, string.format("%s: JUICE_LICENSES=%s: want on or off", CONFIG_FILE, esc(v)) end
+			end
+		end
+		f:close()
+	end
+	settings.at, settings.on, settings.why = now, on, why
+	return on, why
+end
+
 -- For the tests.
 M.parse_request, M.parse_policy, M.check_policy, M.esc, M.readable = parse_request, parse_policy, check_policy, esc, readable
-M.forget_policy = function() cache.at = nil end
+M.with_license, M.juice_license = with_license, juice_license
+-- The files are read again at the next call.
+M.forget_policy = function() cache.at, settings.at = nil, nil end
 
 -- The partition a job without --partition gets: the one part_list (the
 -- partitions the user may use, by name) flags as the default.  flag_default is
@@ -463,6 +578,17 @@ function M.job_submit(job_desc, part_list, submit_uid)
 		return refuse(string.format("%s (the site's limit on %s)", reason, what))
 	end
 
+	local on, lwhy = licenses_on()
+	if on == nil then
+		slurm.log_error("juice: refusing Juice jobs: %s", lwhy)
+		return refuse("the site's Juice settings are broken; ask your administrator")
+	end
+	if on then
+		local licenses, conflict = with_license(job_desc.licenses, juice_license(pool, gpus))
+		if not licenses then return refuse(conflict) end
+		job_desc.licenses = licenses
+	end
+
 	job_desc.admin_comment = req
 	local c = job_desc.comment
 	if c == nil or c == "" or parse_request(c) ~= "none" then
@@ -475,7 +601,8 @@ end
 -- job_modify(job_desc, job_rec, part_list, modify_uid): slurm_job_modify's
 -- work for juice-slurm (keeps a Juice job's request out of its owner's reach).
 function M.job_modify(job_desc, job_rec, part_list, modify_uid)
-	if parse_request(job_rec.admin_comment) == "none" then return slurm.SUCCESS end
+	local kind, pool, gpus = parse_request(job_rec.admin_comment)
+	if kind == "none" then return slurm.SUCCESS end
 	if trusted(modify_uid) then return slurm.SUCCESS end
 	if job_desc.comment ~= nil or job_desc.admin_comment ~= nil then
 		-- ESLURM_ACCESS_DENIED: scontrol prints "Access/permission denied".
@@ -483,6 +610,14 @@ function M.job_modify(job_desc, job_rec, part_list, modify_uid)
 			"job %d is a Juice job: its comment and admin_comment hold " ..
 			"the request and cannot be changed", job_rec.job_id),
 			slurm.ESLURM_ACCESS_DENIED)
+	end
+	-- Its Juice license keeps it pending until the pool can serve it: a user
+	-- may change the job's other licenses, not drop that one.
+	if job_desc.licenses ~= nil and kind == "ok" and licenses_on() then
+		local why = keeps_license(job_desc.licenses, juice_license(pool, gpus))
+		if why then
+			return refuse(string.format("job %d is a Juice job: %s", job_rec.job_id, why), slurm.ESLURM_ACCESS_DENIED)
+		end
 	end
 	return slurm.SUCCESS
 end

@@ -17,6 +17,9 @@ type PoolView struct {
 	// Taken is when the walk started: a session that became ready later may be missing from it.
 	Taken  time.Time
 	Agents []Agent
+	// AgentGPUs is how many GPUs each of Agents has (slim lets the GPUs themselves go): what the pool can give,
+	// for the license sync (controller/licenses).
+	AgentGPUs []int
 
 	indexOnce sync.Once
 	index     map[string][2]int // session id -> (agent, session) in Agents
@@ -48,6 +51,7 @@ func WalkPool(ctx context.Context, c Client, pool string, now time.Time) (*PoolV
 		id string
 	}
 	read := make([]*Agent, len(agents))
+	gpus := make([]int, len(agents))
 	var todo []toRead
 	for i := range agents {
 		if agents[i].State == AgentActive {
@@ -55,7 +59,7 @@ func WalkPool(ctx context.Context, c Client, pool string, now time.Time) (*PoolV
 			continue
 		}
 		a := slim(agents[i])
-		read[i] = &a
+		read[i], gpus[i] = &a, len(agents[i].GPUs)
 	}
 	agents = nil
 	ctx, cancel := context.WithCancel(ctx)
@@ -81,7 +85,7 @@ func WalkPool(ctx context.Context, c Client, pool string, now time.Time) (*PoolV
 				once.Do(func() { firstErr = err; cancel() })
 			default:
 				a := slim(*full)
-				read[t.i] = &a // each goroutine its own element
+				read[t.i], gpus[t.i] = &a, len(full.GPUs) // each goroutine its own element
 			}
 		}(t)
 	}
@@ -93,22 +97,22 @@ func WalkPool(ctx context.Context, c Client, pool string, now time.Time) (*PoolV
 		return nil, fmt.Errorf("walk pool %q: %w", pool, err)
 	}
 	v := &PoolView{Pool: pool, Taken: now}
-	for _, a := range read {
+	for i, a := range read {
 		if a != nil {
-			v.Agents = append(v.Agents, *a)
+			v.Agents, v.AgentGPUs = append(v.Agents, *a), append(v.AgentGPUs, gpus[i])
 		}
 	}
 	return v, nil
 }
 
-// slim keeps of an agent what a view is read for: who it is, its state, and each session's id, state, address
-// and key. A view of a large pool is kept for a check period (reconcile.Liveness): 12,500 agents holding 100,000
+// slim keeps of an agent what a view is read for: who it is, its state, and each session's id, state, address,
+// key and GPUs (an index and a size each: what the license sync counts). A view of a large pool is kept for a check period (reconcile.Liveness): 12,500 agents holding 100,000
 // sessions with their grants, labels and connections were about 70 MiB of the controller's heap.
 func slim(a Agent) Agent {
 	a.GPUs, a.Labels, a.Taints = nil, nil, nil
 	sessions := make([]Session, len(a.Sessions))
 	for i, s := range a.Sessions {
-		sessions[i] = Session{ID: s.ID, State: s.State, Address: s.Address, IdempotencyKey: s.Key()}
+		sessions[i] = Session{ID: s.ID, State: s.State, Address: s.Address, IdempotencyKey: s.Key(), GPUs: s.GPUs}
 	}
 	a.Sessions = sessions
 	return a

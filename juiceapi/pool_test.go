@@ -1,8 +1,10 @@
 package juiceapi_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -54,4 +56,45 @@ func BenchmarkPoolViewFind(b *testing.B) {
 			b.Fatal("not found")
 		}
 	}
+}
+
+// fixedAgents is a Juice Controller whose listing and agent reads are fixed.
+type fixedAgents struct {
+	juiceapi.Client
+	agents []juiceapi.Agent
+}
+
+func (f fixedAgents) ListAgents(context.Context, string) ([]juiceapi.Agent, error) {
+	out := make([]juiceapi.Agent, len(f.agents))
+	for i, a := range f.agents {
+		a.Sessions = nil // as the legacy listing shows them
+		out[i] = a
+	}
+	return out, nil
+}
+
+func (f fixedAgents) GetAgent(_ context.Context, id string) (*juiceapi.Agent, error) {
+	for _, a := range f.agents {
+		if a.ID == id {
+			return &a, nil
+		}
+	}
+	return nil, juiceapi.ErrNotFound
+}
+
+// A walk keeps what the license sync counts: each agent's number of GPUs, and each session's GPUs.
+func TestWalkPoolKeepsTheGPUCounts(t *testing.T) {
+	gpus := func(n int) []juiceapi.GPU { return make([]juiceapi.GPU, n) }
+	c := fixedAgents{agents: []juiceapi.Agent{
+		{ID: "a1", State: juiceapi.AgentActive, GPUs: gpus(8), Sessions: []juiceapi.Session{
+			{ID: "s1", State: juiceapi.StateActive, GPUs: []juiceapi.SessionGPU{{Index: 2}, {Index: 5}}}}},
+		{ID: "a2", State: juiceapi.AgentClosed, GPUs: gpus(4)},
+		{ID: "a3", State: juiceapi.AgentActive, GPUs: gpus(2)},
+	}}
+	v, err := juiceapi.WalkPool(context.Background(), c, "p", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, []int{8, 4, 2}, v.AgentGPUs)
+	require.Len(t, v.Agents, 3)
+	require.Nil(t, v.Agents[0].GPUs, "the GPUs themselves are let go")
+	require.Equal(t, []juiceapi.SessionGPU{{Index: 2}, {Index: 5}}, v.Agents[0].Sessions[0].GPUs)
 }

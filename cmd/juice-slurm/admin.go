@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/juice-slurm/juice-slurm/controller/licenses"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
@@ -35,11 +37,14 @@ func storeFlags(fs *flag.FlagSet) *storeOpts {
 
 type statusOpts struct {
 	*storeOpts
-	all *bool
+	all, licenses *bool
+	sacctmgr      *string
 }
 
 func statusFlags(fs *flag.FlagSet) *statusOpts {
-	return &statusOpts{storeOpts: storeFlags(fs), all: fs.Bool("all", false, "also list every open run")}
+	return &statusOpts{storeOpts: storeFlags(fs), all: fs.Bool("all", false, "also list every open run"),
+		licenses: switchFlag(fs, "licenses", "also show each pool's Slurm license count in slurmdbd, on or off (the controller's setting: on when it keeps them)"),
+		sacctmgr: fs.String("sacctmgr", "/usr/bin/sacctmgr", "sacctmgr, which reads the licenses (licenses = on)")}
 }
 
 func jobFlags(fs *flag.FlagSet) *storeOpts { return storeFlags(fs) }
@@ -119,6 +124,14 @@ func runStatus(ctx context.Context, out io.Writer, args []string) error {
 	}
 	if err := w.Flush(); err != nil {
 		return err
+	}
+	if *o.licenses {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		counts, err := licenses.Counts(lctx, licenses.Exec{Path: *o.sacctmgr}, cluster)
+		cancel()
+		if err := writeLicenses(out, counts, err); err != nil {
+			return err
+		}
 	}
 	if !*o.all && len(open) > 20 {
 		fmt.Fprintf(out, "%d open runs (--all lists them)\n", len(open))
@@ -255,6 +268,30 @@ func statusJSON(cluster, holder string, until time.Time, counts []store.Count, o
 		out.Runs = append(out.Runs, reservationJSON(r))
 	}
 	return out
+}
+
+// writeLicenses prints the pools' license counts in slurmdbd, or why they could not be read (status goes on).
+func writeLicenses(out io.Writer, counts map[string]int, err error) error {
+	fmt.Fprintln(out)
+	if err != nil {
+		_, err = fmt.Fprintf(out, "licenses: cannot read them: %v\n", err)
+		return err
+	}
+	if len(counts) == 0 {
+		_, err = fmt.Fprintln(out, "licenses: slurmdbd holds no Juice license for this cluster")
+		return err
+	}
+	pools := make([]string, 0, len(counts))
+	for p := range counts {
+		pools = append(pools, p)
+	}
+	sort.Strings(pools)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "LICENSE\tCOUNT")
+	for _, p := range pools {
+		fmt.Fprintf(w, "%s@%s\t%d\n", licenses.Name(p), licenses.Server, counts[p])
+	}
+	return w.Flush()
 }
 
 // parseJobArg reads describe's and release's job: a job id N, or an array's element ARRAY_TASK as squeue shows

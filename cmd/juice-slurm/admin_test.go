@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,4 +161,17 @@ func TestDescribeAnArrayShowsItsElements(t *testing.T) {
 	require.NoError(t, runStatus(ctx, &out, args))
 	require.Regexp(t, `(?m)^40_1\s+0\s+alice`, out.String())
 	require.Regexp(t, `(?m)^41 \(40_0\)\s+0\s+alice`, out.String())
+}
+
+// status --licenses (licenses = true) shows each pool's license count in slurmdbd, or why it could not read them.
+func TestStatusWritesLicenses(t *testing.T) {
+	var out strings.Builder
+	require.NoError(t, writeLicenses(&out, map[string]int{"test": 6, "demo": 0}, nil))
+	require.Equal(t, "\nLICENSE           COUNT\njuice_demo@juice  0\njuice_test@juice  6\n", out.String())
+	out.Reset()
+	require.NoError(t, writeLicenses(&out, nil, errors.New("read the Juice licenses: /usr/bin/sacctmgr: exit status 1: Connection refused")))
+	require.Equal(t, "\nlicenses: cannot read them: read the Juice licenses: /usr/bin/sacctmgr: exit status 1: Connection refused\n", out.String())
+	out.Reset()
+	require.NoError(t, writeLicenses(&out, map[string]int{}, nil))
+	require.Contains(t, out.String(), "no Juice license")
 }

@@ -57,6 +57,38 @@ func knownSettings() map[string]bool {
 	return known
 }
 
+// onOff is a switch that reads on or off (true or false too, as other switches do): the licenses setting, which
+// is JUICE_LICENSES=on|off in juice-config.sh and JUICE_LICENSES in the controller's environment alike.
+type onOff bool
+
+func switchFlag(fs *flag.FlagSet, name string, usage string) *bool {
+	var b bool
+	fs.Var((*onOff)(&b), name, usage)
+	return &b
+}
+
+func (b *onOff) String() string {
+	if b != nil && bool(*b) {
+		return "on"
+	}
+	return "off"
+}
+
+func (b *onOff) Set(s string) error {
+	switch strings.ToLower(s) {
+	case "on", "true":
+		*b = true
+	case "off", "false":
+		*b = false
+	default:
+		return fmt.Errorf("%q: want on or off", s)
+	}
+	return nil
+}
+
+// IsBoolFlag lets --licenses stand for --licenses=on.
+func (b *onOff) IsBoolFlag() bool { return true }
+
 // Origins says where each flag's value came from.
 type Origins = settings.Origins
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -290,4 +291,24 @@ func TestShippedConfigMarksExamples(t *testing.T) {
 		}
 		block = ""
 	}
+}
+
+// licenses reads on or off, as JUICE_LICENSES does in juice-config.sh (true and false too); anything else is an
+// error naming the value.
+func TestLicensesSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{{nil, false}, {[]string{"--licenses"}, true}, {[]string{"--licenses=on"}, true}, {[]string{"--licenses=ON"}, true},
+		{[]string{"--licenses=true"}, true}, {[]string{"--licenses=off"}, false}, {[]string{"--licenses=false"}, false}} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		on := switchFlag(fs, "licenses", "")
+		require.NoError(t, fs.Parse(tc.args), tc.args)
+		require.Equal(t, tc.want, *on, tc.args)
+	}
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	switchFlag(fs, "licenses", "")
+	require.ErrorContains(t, fs.Parse([]string{"--licenses=yes"}), `"yes": want on or off`)
+	require.Equal(t, "off", fs.Lookup("licenses").DefValue)
 }

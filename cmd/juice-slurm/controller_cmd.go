@@ -39,7 +39,8 @@ type controllerOpts struct {
 	stateDir                                                                                             *string
 	poll, waitPoll, window, leaseTTL, sweep, retention                                                   *time.Duration
 	perPool, perUser, perAccount, workers                                                                *int
-	trustComment, juiceIdem                                                                              *bool
+	trustComment, juiceIdem, licenses                                                                    *bool
+	sacctmgr                                                                                             *string
 	newLog                                                                                               func() (logr.Logger, zap.AtomicLevel, error)
 	level                                                                                                *flag.Flag
 }
@@ -78,6 +79,8 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		retention:     fs.Duration("retention", controller.DefaultRetention, "keep the reservations of ended runs (and their events) this long; longer than the longest job time limit (0: for ever)"),
 		stateDir:      fs.String("state-dir", "/var/spool/juice-slurm/sessions", "the shared state directory of session files, where the prologs write them; when it is on the controller's host, the controller removes the files no ready reservation owns (absent: left to the epilog)"),
 		policyFile:    fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)"),
+		licenses:      switchFlag(fs, "licenses", "on or off: keep each pool's Slurm license juice_<pool>@juice in slurmdbd at what the pool can give this cluster (needs accounting, and JUICE_LICENSES=on in juice-config.sh; the pools are the policy's)"),
+		sacctmgr:      fs.String("sacctmgr", "/usr/bin/sacctmgr", "sacctmgr, which writes the licenses' counts (licenses = on)"),
 	}
 	o.newLog = logFlags(fs)
 	o.level = fs.Lookup("log-level")
@@ -217,7 +220,7 @@ func runController(ctx context.Context, args []string) error {
 		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
 			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, PerUser: *o.perUser, PerAccount: *o.perAccount, Window: *o.window}, TrustComment: *o.trustComment,
 			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
-			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge, StateDir: stateDir},
+			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge, StateDir: stateDir, Licenses: *o.licenses, Sacctmgr: *o.sacctmgr},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log, Metrics: controller.NewMetrics(st),
 		Ender: &jobactor.SlurmEnder{Rest: slurm, Scontrol: *o.scontrol},
 	}

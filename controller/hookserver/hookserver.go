@@ -124,13 +124,14 @@ func (a *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/prolog", a.count("prolog", a.auth(a.prolog)))
 	mux.HandleFunc("POST /v1/epilog", a.count("epilog", a.auth(a.epilog)))
 	mux.HandleFunc("POST /v1/mine", a.count("mine", a.mine))
-	Probes(mux, a.Ready)
+	Probes(mux, a.Ready, nil)
 	return mux
 }
 
 // Probes adds /healthz (the process answers) and /readyz (ready, when set, says the replica can do its part) to
-// mux: the hook API serves them, and so does the controller's metrics listener.
-func Probes(mux *http.ServeMux, ready func(ctx context.Context) error) {
+// mux: the hook API serves them, and so does the controller's metrics listener. warning, when set, adds a line
+// to a ready answer for what is failing without making the replica unready (the license sync).
+func Probes(mux *http.ServeMux, ready func(ctx context.Context) error, warning func() string) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if ready != nil {
@@ -140,6 +141,11 @@ func Probes(mux *http.ServeMux, ready func(ctx context.Context) error) {
 			}
 		}
 		fmt.Fprintln(w, "ok")
+		if warning != nil {
+			if text := warning(); text != "" {
+				fmt.Fprintln(w, "warning: "+text)
+			}
+		}
 	})
 }
 

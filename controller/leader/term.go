@@ -92,6 +92,9 @@ type Term struct {
 	// Sweep sweeps the orphaned sessions and the stale session files at each sweep interval; SweepFiles sweeps
 	// the files alone, when the term starts.
 	Sweep, SweepFiles func(ctx context.Context)
+	// Licenses, when set, keeps the pools' Slurm licenses for the whole term (licenses.Syncer.Run): only the
+	// leader writes them.
+	Licenses func(ctx context.Context)
 }
 
 // retries is the work queues' backoff for a key whose pass failed.
@@ -153,6 +156,10 @@ func (t *Term) Run(ctx context.Context) {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); t.watchReady(ctx, a.Liveness, rq) }()
+	if t.Licenses != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); t.Licenses(ctx) }()
+	}
 	relist()
 	t.SweepFiles(ctx)
 	pollEvery, sweepEvery := t.Tuning()

@@ -139,3 +139,38 @@ func TestTermRoutesChangesToTheirActors(t *testing.T) {
 		require.Eventually(t, func() bool { return l.has(want) }, 5*time.Second, time.Millisecond, want)
 	}
 }
+
+// The license sync runs for the term only: it starts with the term and its context ends when the term does, so a
+// replica that lost the lease writes no license.
+func TestTermRunsTheLicenseSyncForItsDuration(t *testing.T) {
+	l := &recorder{}
+	started, stopped := make(chan struct{}), make(chan struct{})
+	term := &Term{Store: l, Hub: &hub{}, Log: logr.Discard(), Metrics: l, Workers: 1,
+		Actors: func(func(uuid.UUID)) Actors {
+			return Actors{Poller: l, Reconciler: l, Liveness: l, Jobs: l}
+		},
+		Tuning: func() (time.Duration, time.Duration) { return time.Hour, 0 }, Resync: time.Hour, FullResync: time.Hour,
+		ReadyCheck: time.Hour, Sweep: func(context.Context) {}, SweepFiles: func(context.Context) {},
+		Licenses: func(ctx context.Context) {
+			close(started)
+			<-ctx.Done()
+			time.Sleep(20 * time.Millisecond)
+			close(stopped)
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); term.Run(ctx) }()
+	<-started
+	select {
+	case <-stopped:
+		t.Fatal("the license sync stopped while the term runs")
+	case <-time.After(20 * time.Millisecond):
+	}
+	cancel()
+	<-done
+	select {
+	case <-stopped:
+	default:
+		t.Fatal("the term ended before its license sync")
+	}
+}

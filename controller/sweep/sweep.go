@@ -43,21 +43,14 @@ func Sessions(ctx context.Context, st Store, juice juiceapi.Client, log logr.Log
 	cancelled := 0
 	for _, a := range view.Agents {
 		for _, s := range a.Sessions {
-			if s.Ended() || s.Key() == "" {
+			if s.Ended() {
 				continue
 			}
-			key, err := uuid.Parse(s.Key())
-			if err != nil {
-				continue
-			}
-			r, err := st.Get(ctx, key)
-			if errors.Is(err, reconcile.ErrNotFound) {
-				continue
-			}
+			whose, r, err := Belongs(ctx, st, &s)
 			if err != nil {
 				return cancelled, err
 			}
-			if !r.Status.State.Final() && (r.Status.SessionID == "" || r.Status.SessionID == s.ID) {
+			if whose != Orphan {
 				continue
 			}
 			err = juice.CancelSession(ctx, s.ID)
@@ -76,6 +69,45 @@ func Sessions(ctx context.Context, st Store, juice juiceapi.Client, log logr.Log
 		log.Info("sweep done", "cancelled", cancelled)
 	}
 	return cancelled, nil
+}
+
+// Whose says whom a session at the Juice Controller belongs to.
+type Whose int
+
+const (
+	// Foreign: its key names none of our reservations (another cluster's juice-slurm, another Juice client).
+	Foreign Whose = iota
+	// Live: it serves a live run of ours, the one its key names.
+	Live
+	// Orphan: its key names one of our reservations, which let go of it (final, or holding another session).
+	Orphan
+)
+
+// Reservations is what Belongs reads (store.Store).
+type Reservations interface {
+	Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error)
+}
+
+// Belongs decides whom session s belongs to, by its key (juiceapi.Session.Key: the simulator's idempotencyKey, or
+// the tag of juiceapi.TaggedVersion in its version field) and the reservation that key names; r is that
+// reservation when s is Live or an Orphan. The sweep cancels orphans; the license sync (controller/licenses)
+// counts every session but the live ones as GPUs the pool cannot give this cluster.
+func Belongs(ctx context.Context, st Reservations, s *juiceapi.Session) (whose Whose, r reconcile.Reservation, err error) {
+	key, err := uuid.Parse(s.Key())
+	if err != nil {
+		return Foreign, r, nil // no key, or not one of ours
+	}
+	r, err = st.Get(ctx, key)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		return Foreign, r, nil
+	}
+	if err != nil {
+		return Foreign, r, fmt.Errorf("whose is session %s: %w", s.ID, err)
+	}
+	if !r.Status.State.Final() && (r.Status.SessionID == "" || r.Status.SessionID == s.ID) {
+		return Live, r, nil
+	}
+	return Orphan, r, nil
 }
 
 // Files removes the session files in the state directory that no ready reservation owns: the reservation

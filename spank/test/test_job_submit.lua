@@ -20,6 +20,10 @@ slurm = {
 -- The site policy the script reads: a file of the test's own.
 JUICE_POLICY_FILE = os.tmpname()
 os.remove(JUICE_POLICY_FILE)
+-- The hooks' settings the module reads JUICE_LICENSES from: the test's own,
+-- absent at first (licenses off).
+JUICE_CONFIG_FILE = os.tmpname()
+os.remove(JUICE_CONFIG_FILE)
 -- slurmctld's /proc/self/status, from which the module learns SlurmUser (the
 -- uid slurmctld runs as): real uid 4242, effective 4243.
 JUICE_PROC_STATUS = os.tmpname()
@@ -322,6 +326,114 @@ rc, jd = submit({ "OTHER=1" }, nil)
 check(rc == 0, "a broken policy never touches other jobs")
 policy_file(nil)
 
+-- Licenses: each pool a Slurm license, juice_<pool>@juice:<n>, when
+-- JUICE_LICENSES=on in the hooks' settings.
+local function config_file(text)
+	if text == nil then
+		os.remove(JUICE_CONFIG_FILE)
+	else
+		local cf = assert(io.open(JUICE_CONFIG_FILE, "w"))
+		cf:write(text)
+		cf:close()
+	end
+	juice.forget_policy()
+end
+local function submit_licenses(req, licenses)
+	local jd = { spank_job_env = env({ "JUICE_REQUEST=" .. req }), licenses = licenses }
+	last_user_msg = nil
+	return slurm_job_submit(jd, {}, 1000), jd, last_user_msg
+end
+-- Without the file, or without the line (a settings file from before licenses): off.
+config_file(nil)
+rc, jd = submit_licenses(R, "matlab:1")
+check(rc == 0 and jd.licenses == "matlab:1" and jd.admin_comment == R, "no settings file: licenses off")
+config_file("JUICE_HOOK_URL=https://127.0.0.1:7171\n")
+rc, jd = submit_licenses(R, nil)
+check(rc == 0 and jd.licenses == nil, "no JUICE_LICENSES line: licenses off")
+config_file("JUICE_LICENSES=off\n")
+rc, jd = submit_licenses(R, "juice_test@juice:5")
+check(rc == 0 and jd.licenses == "juice_test@juice:5", "off leaves the user's licenses alone, even a Juice one")
+-- test/vectors/licenses.tsv, with licenses on.
+config_file("# hooks\nJUICE_LICENSES=off\nJUICE_LICENSES=on # the last one counts, as in the shell\n")
+local ltsv = io.open(vectors .. "/licenses.tsv", "r")
+check(ltsv ~= nil, "cannot read " .. vectors .. "/licenses.tsv")
+local lrows, lrefused = 0, 0
+lineno = 0
+for line in (ltsv and ltsv:lines() or function() end) do
+	lineno = lineno + 1
+	if line ~= "" and line:sub(1, 1) ~= "#" then
+		lrows = lrows + 1
+		local f = split_tabs(line)
+		local where = string.format("licenses.tsv:%d", lineno)
+		check(#f == 4, where .. ": 4 columns")
+		local user = f[2] ~= "-" and f[2] or nil
+		rc, jd, msg = submit_licenses(f[1], user)
+		if f[3] == "ok" then
+			check(rc == 0 and jd.licenses == f[4] and jd.admin_comment == f[1],
+				string.format("%s: want %s, got %s %s (%s)", where, f[4], tostring(rc), tostring(jd.licenses), tostring(msg)))
+		else
+			lrefused = lrefused + 1
+			check(rc == slurm.ERROR and msg and msg:find("^juice: ") and msg:find(f[4], 1, true) and
+				jd.licenses == user and jd.admin_comment == nil,
+				string.format("%s: want a refusal naming %s, got %s %s", where, f[4], tostring(rc), tostring(msg)))
+		end
+	end
+end
+if ltsv then ltsv:close() end
+check(lrows >= 10 and lrefused > 0, "licenses.tsv: rows of both kinds")
+print(string.format("licenses.tsv: %d rows", lrows))
+-- The empty licenses string is none.
+rc, jd = submit_licenses(RV, "")
+check(rc == 0 and jd.licenses == "juice_test@juice:1", "a VRAM slice takes one license: " .. tostring(jd.licenses))
+-- A request refused before (a bad pool, a policy limit) never gets a license.
+rc, jd, msg = submit_licenses("juice:v1:pool=-x,gpus=1", "matlab:1")
+check(rc == slurm.ERROR and jd.licenses == "matlab:1" and msg:find("bad pool"), "bad pool: refused, licenses untouched")
+policy_file("pools = test\n")
+rc, jd, msg = submit_licenses("juice:v1:pool=other,gpus=1", nil)
+check(rc == slurm.ERROR and jd.licenses == nil and msg:find("pool"), "a pool not the site's: refused, no license")
+policy_file(nil)
+config_file("JUICE_LICENSES=on\n")
+-- Plain jobs are not touched, whatever they name.
+rc, jd = submit({ "OTHER=1" }, nil)
+check(rc == 0 and jd.licenses == nil, "licenses on: a plain job is untouched")
+local plain = { licenses = "juice_test@juice:1" }
+check(slurm_job_submit(plain, {}, 1000) == 0 and plain.licenses == "juice_test@juice:1", "licenses on: a plain job keeps what it names")
+-- Quoted values and export, as the shell reads them.
+config_file("export JUICE_LICENSES='on'\n")
+rc, jd = submit_licenses(R, nil)
+check(rc == 0 and jd.licenses == "juice_test@juice:2", "export JUICE_LICENSES='on'")
+config_file('JUICE_LICENSES="off"\n')
+rc, jd = submit_licenses(R, nil)
+check(rc == 0 and jd.licenses == nil, 'JUICE_LICENSES="off"')
+-- A value that is neither refuses every Juice job (never half applied) and says why in the log.
+last_error = nil
+config_file("JUICE_LICENSES=yes\n")
+rc, jd, msg = submit_licenses(R, nil)
+check(rc == slurm.ERROR and jd.admin_comment == nil and msg:find("settings are broken") and last_error and
+	last_error:find("JUICE_LICENSES", 1, true), "a bad JUICE_LICENSES refuses Juice jobs: " .. tostring(last_error))
+rc, jd = submit({ "OTHER=1" }, nil)
+check(rc == 0, "a bad JUICE_LICENSES never touches other jobs")
+-- Modification: a user may change a Juice job's other licenses, not drop or change its Juice license.
+config_file("JUICE_LICENSES=on\n")
+local function modify_licenses(licenses, uid)
+	last_user_msg = nil
+	return slurm_job_modify({ licenses = licenses }, { job_id = 7, admin_comment = R }, {}, uid or 1000), last_user_msg
+end
+check(modify_licenses("matlab:2,juice_test@juice:2") == 0, "modify: other licenses beside the Juice one")
+check(modify_licenses("juice_test@juice:2") == 0, "modify: the Juice license alone")
+rc, msg = modify_licenses("matlab:2")
+check(rc == slurm.ESLURM_ACCESS_DENIED and msg and msg:find("juice_test@juice:2", 1, true), "modify: the Juice license dropped: " .. tostring(msg))
+check(modify_licenses("") == slurm.ESLURM_ACCESS_DENIED, "modify: every license dropped")
+check(modify_licenses("juice_test@juice:1") == slurm.ESLURM_ACCESS_DENIED, "modify: fewer of the Juice license")
+check(modify_licenses("juice_test@juice:2,juice_test@juice:2") == slurm.ESLURM_ACCESS_DENIED, "modify: the Juice license twice")
+check(modify_licenses("juice_test@juice:2,juice_big@juice:8") == slurm.ESLURM_ACCESS_DENIED, "modify: another Juice license")
+check(modify_licenses("juice_test@juice:2|matlab:1") == slurm.ESLURM_ACCESS_DENIED, "modify: an OR")
+check(modify_licenses("matlab:2", 0) == 0, "modify: root may")
+check(slurm_job_modify({ licenses = "x" }, { job_id = 7, admin_comment = "mine" }, {}, 1000) == 0, "modify: a plain job's licenses")
+config_file("JUICE_LICENSES=off\n")
+check(modify_licenses("matlab:2") == 0, "modify: licenses off")
+config_file(nil)
+
 -- What reaches the log is escaped: a newline in a request never starts a line.
 rc, jd, msg = submit({ "JUICE_REQUEST=juice:v1:pool=test,gpus=1\njuice: job_submit: uid 0 request forged" }, nil)
 check(rc == slurm.ERROR and msg and not msg:find("[%c]") and msg:find("\\010"), "newline escaped: " .. tostring(msg))
@@ -393,6 +505,7 @@ check(modify({ comment = "x" }, R, 1000) == 0, "missing module: modify passes")
 os.remove(tmp .. "/job_submit.lua")
 os.remove(tmp)
 os.remove(JUICE_PROC_STATUS)
+os.remove(JUICE_CONFIG_FILE)
 
 print(string.format("job_submit.lua: %d passed, %d failed", passed, failed))
 os.exit(failed == 0 and 0 or 1)
