@@ -306,7 +306,7 @@ start_slurmdbd() {
 	fi
 	# Its first start creates its tables: some seconds.
 	wait_for slurmdbd 90 sacctmgr -nP show cluster
-	acct_ensure $CLUSTER
+	acct_ensure $CLUSTER "$SLURM_STATE/state"
 }
 
 stop_slurmds() {

@@ -52,8 +52,8 @@ port = $3
 bind-address = 127.0.0.1
 skip-name-resolve
 log-error = $4
-# What slurmdbd asks of its database (it warns at its start otherwise).
-innodb_buffer_pool_size = 128M
+# What slurmdbd asks of its database. It asks for a larger innodb_buffer_pool_size too (it logs "Database settings
+# not recommended values: innodb_buffer_pool_size" even at 256M): MariaDB's 128M is plenty for a test bed.
 innodb_log_file_size = 64M
 innodb_lock_wait_timeout = 900
 
@@ -97,15 +97,20 @@ StorageLoc=$ACCT_DB
 EOF
 }
 
-# acct_ensure CLUSTER RUNNER...: the cluster in slurmdbd, no association for root, and each pool's license given to it
-# with its starting count, through sacctmgr run by RUNNER (nothing on the host; the chroot's runner in a chroot). A
-# license that exists is left as it is. slurmctld must find its cluster there when it starts: run this before it.
+# acct_ensure CLUSTER STATEDIR RUNNER...: the cluster in slurmdbd, no association for root, and each pool's license
+# given to it with its starting count, through sacctmgr run by RUNNER (nothing on the host; the chroot's runner in a
+# chroot). A license that exists is left as it is. slurmctld must find its cluster there when it starts: run this
+# before it. STATEDIR is slurmctld's StateSaveLocation as this script sees it.
 acct_ensure() {
-	local cluster=$1 have lic count name
-	shift
+	local cluster=$1 statedir=$2 have lic count name
+	shift 2
 	if ! "$@" sacctmgr -nP show cluster format=cluster | grep -qxF "$cluster"; then
 		log "adding cluster $cluster to slurmdbd"
 		"$@" sacctmgr -i add cluster "$cluster" </dev/null >/dev/null
+		# Since 23.02 slurmctld keeps a cluster id in its state (the file clustername) and refuses to start when
+		# slurmdbd gives the cluster another ("CLUSTER ID MISMATCH"): one a bed ran without accounting, or with a
+		# slurmdbd whose database has gone, is forgotten so slurmctld takes slurmdbd's. (22.05 keeps the name only.)
+		rm -f "$statedir/clustername"
 	fi
 	# Adding a cluster gives root an association (account root): slurmctld would then put root's jobs in account
 	# root whatever --account they ask for (the e2e suite's --account=physics). Without it root is like every other
