@@ -551,13 +551,14 @@ start() {
 	configure
 	# A single-node chroot of an older version of this script ran one "slurmd".
 	stop_daemon slurmd
+	start_daemon munged "" setpriv --reuid=munge --regid=munge --clear-groups /usr/sbin/munged -F
+	wait_for munged 20 in_root munge -n
+	# slurmdbd and the cluster in it before slurmctld, which a new slurm.conf (accounting on) restarts.
+	start_accounting
 	if [ $CONFIG_CHANGED = 1 ] && daemon_running slurmctld; then
 		log "slurm.conf changed: restarting slurmctld and the slurmds"
 		restart_slurm
 	fi
-	start_daemon munged "" setpriv --reuid=munge --regid=munge --clear-groups /usr/sbin/munged -F
-	wait_for munged 20 in_root munge -n
-	start_accounting
 	start_slurm
 	start_rest
 	tokens
