@@ -443,7 +443,7 @@ start_accounting() {
 # ---- start and wait -------------------------------------------------------------------------------
 rest_versions() {
 	case "$SUITE" in
-	trixie) echo "openapi/slurmctld" ;; # without slurmdbd, 24.11 must not load openapi/slurmdbd
+	trixie) echo "openapi/slurmctld" ;; # what juice-slurm uses (24.11 without slurmdbd must not load openapi/slurmdbd)
 	sid) echo "" ;;
 	esac
 }
