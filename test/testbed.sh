@@ -303,9 +303,9 @@ start_slurmdbd() {
 		log "starting slurmdbd on 127.0.0.1:$DBD_PORT"
 		setsid slurmdbd -D </dev/null >>"$LOG/slurm/slurmdbd.out" 2>&1 &
 		echo $! >"$RUN/slurmdbd.pid"
+		# Its first start creates its tables: some seconds. (Each sacctmgr costs about 0.2 s: only after a start.)
+		wait_for slurmdbd 90 sacctmgr -nP show cluster
 	fi
-	# Its first start creates its tables: some seconds.
-	wait_for slurmdbd 90 sacctmgr -nP show cluster
 	acct_ensure $CLUSTER "$SLURM_STATE/state"
 }
 

@@ -102,21 +102,24 @@ EOF
 # chroot). A license that exists is left as it is. slurmctld must find its cluster there when it starts: run this
 # before it. STATEDIR is slurmctld's StateSaveLocation as this script sees it.
 acct_ensure() {
-	local cluster=$1 statedir=$2 have lic count name
+	local cluster=$1 statedir=$2 assocs have lic count name
 	shift 2
-	if ! "$@" sacctmgr -nP show cluster format=cluster | grep -qxF "$cluster"; then
+	# Every cluster has an association of its own (account root, no user): one call tells the clusters and root's.
+	assocs=$("$@" sacctmgr -nP show assoc format=cluster,user)
+	if ! grep -q "^$cluster|" <<<"$assocs"; then
 		log "adding cluster $cluster to slurmdbd"
 		"$@" sacctmgr -i add cluster "$cluster" </dev/null >/dev/null
 		# Since 23.02 slurmctld keeps a cluster id in its state (the file clustername) and refuses to start when
 		# slurmdbd gives the cluster another ("CLUSTER ID MISMATCH"): one a bed ran without accounting, or with a
 		# slurmdbd whose database has gone, is forgotten so slurmctld takes slurmdbd's. (22.05 keeps the name only.)
 		rm -f "$statedir/clustername"
+		assocs="$cluster|root"
 	fi
 	# Adding a cluster gives root an association (account root): slurmctld would then put root's jobs in account
 	# root whatever --account they ask for (the e2e suite's --account=physics). Without it root is like every other
 	# user of the beds, who have none: a job keeps the account it asks for, as without accounting. (Root stays
 	# slurmdbd's administrator: that is its uid's, not an association's.)
-	if "$@" sacctmgr -nP show assoc where cluster="$cluster" user=root format=user | grep -q .; then
+	if grep -qxF "$cluster|root" <<<"$assocs"; then
 		log "removing root's association in $cluster: jobs keep the account they ask for"
 		"$@" sacctmgr -i delete user name=root cluster="$cluster" </dev/null >/dev/null
 	fi
