@@ -35,7 +35,7 @@ build() {
 [ -z "$INSTALLED" ] || say "Using the installed package: $("$BIN/juice-slurm" version --config= | head -1), from $BIN"
 if [ -z "$SUITE" ]; then
 	RUN=$TB/run LOG=$TB/log DEMO=$TB/demo JOBDIR=$TB/demo
-	say "Bringing up the test bed: Slurm 22.05 (slurmctld, slurmd, slurmrestd, munge) and PostgreSQL"
+	say "Bringing up the test bed: Slurm 22.05 (slurmctld, slurmd, slurmrestd, munge, slurmdbd on MariaDB) and PostgreSQL"
 	bash test/testbed.sh up
 	build "juice-slurm, juice-sim and the SPANK plugin" build
 	say "Wiring juice-slurm into Slurm (plugstack, job_submit.lua, PrologSlurmctld/EpilogSlurmctld)"
@@ -54,7 +54,7 @@ else
 	RUN=$ROOT/juice-run LOG=$ROOT/juice-run
 	# Jobs run inside the chroot: their output directory is /tmp/juice-demo there.
 	JOBDIR=/tmp/juice-demo DEMO=$ROOT/tmp/juice-demo
-	say "Bringing up the host test bed's PostgreSQL, and Slurm $SLURM in the $SUITE chroot (slurmctld, two slurmds, slurmrestd, munge)"
+	say "Bringing up the host test bed's PostgreSQL, and Slurm $SLURM in the $SUITE chroot (slurmctld, two slurmds, slurmrestd, munge, slurmdbd on MariaDB)"
 	# PostgreSQL is the host test bed's: brought up only when it is not (the host's Slurm is not needed).
 	pg_isready -q -h 127.0.0.1 -p "${JUICE_TESTBED_PGPORT:-5433}" && [ -s "$TB/env" ] || bash test/testbed.sh up
 	bash test/chroot/slurm-chroot.sh up "$SUITE"

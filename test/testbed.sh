@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test bed: a real two-node Slurm 22.05 cluster (munged, slurmctld, two slurmds, slurmrestd with JWT on
-# 127.0.0.1) and a PostgreSQL cluster run by a non-root user on its own port, on a Debian 12 machine, as root.
+# 127.0.0.1, slurmdbd on MariaDB for accounting and the pools' remote licenses) and a PostgreSQL cluster run by a
+# non-root user on its own port, on a Debian 12 machine, as root.
 #
 #   test/testbed.sh up       install what is missing, write the configs, start every daemon, wait, write the env file
 #   test/testbed.sh wire     (after up) load the SPANK plugin, job_submit.lua and the slurmctld prolog/epilog hooks
@@ -18,6 +19,8 @@ TB=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=lib/apt.sh
 . "$REPO/test/lib/apt.sh"
+# shellcheck source=lib/accounting.sh
+. "$REPO/test/lib/accounting.sh"
 RUN=$TB/run
 LOG=$TB/log
 SLURM_STATE=$TB/slurm
@@ -26,6 +29,13 @@ PGSOCK=$TB/pg/sock
 PGPORT=${JUICE_TESTBED_PGPORT:-5433}
 REST_PORT=6820
 CLUSTER=juicetest
+# Accounting (test/lib/accounting.sh): slurmdbd (its default port, 6819, is juicetest2's slurmd's) on a MariaDB of
+# the test bed's own, both on loopback.
+DBD_PORT=6831
+MARIADB_PORT=6836
+MARIADB_DIR=$TB/mariadb
+MARIADB_CNF=$MARIADB_DIR/my.cnf
+SLURMDBD_CONF=/etc/slurm/slurmdbd.conf
 # Two compute nodes on this machine: one slurmd each (slurmd -N NAME, its own port, spool, log and pid file), each
 # in a UTS namespace of its own so `hostname` in a job names its node. They share the state directory
 # ($JUICE_SESSIONS) as compute nodes on a shared file system do.
@@ -114,6 +124,8 @@ install_packages() {
 	command -v munged >/dev/null || need+=(munge)
 	[ -e /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
 	[ -x $PGBIN/postgres ] || need+=(postgresql-15)
+	command -v slurmdbd >/dev/null || need+=(slurmdbd)
+	command -v mariadbd >/dev/null || need+=(mariadb-server)
 	command -v gcc >/dev/null || need+=(gcc libc6-dev)
 	command -v make >/dev/null || need+=(make)
 	[ -e /usr/include/openssl/evp.h ] || need+=(libssl-dev)
@@ -214,7 +226,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-AccountingStorageType=accounting_storage/none
+$(acct_slurm_conf $DBD_PORT)
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 MailProg=/bin/true
@@ -241,6 +253,60 @@ EOF
 	# Debian's plugstack.conf includes plugstack.conf.d/*.conf.
 	install -d /etc/slurm/plugstack.conf.d
 	[ -e /etc/slurm/plugstack.conf ] || echo "include /etc/slurm/plugstack.conf.d/*.conf" >/etc/slurm/plugstack.conf
+}
+
+# mariadb_root ARGS...: the mariadb client as MariaDB's root, through the socket. SQL on stdin.
+mariadb_root() { mariadb --defaults-file="$MARIADB_CNF" "$@"; }
+
+# start_mariadb: MariaDB in the foreground of its own session (no systemd here; mariadbd drops to the user mysql
+# itself), its data under $MARIADB_DIR, then slurmdbd's database and user, whose password is kept from an earlier
+# run (else new) in a root-only file.
+start_mariadb() {
+	install -d -m 0755 "$MARIADB_DIR"
+	install -d -o mysql -g mysql -m 0700 "$MARIADB_DIR/data"
+	install -d -o mysql -g mysql -m 0755 "$MARIADB_DIR/run" "$LOG/mariadb"
+	acct_mariadb_cnf "$MARIADB_DIR/data" "$MARIADB_DIR/run" $MARIADB_PORT "$LOG/mariadb/mariadb.log" >"$MARIADB_CNF.new"
+	if ! cmp -s "$MARIADB_CNF.new" "$MARIADB_CNF"; then
+		stop mariadb
+		mv "$MARIADB_CNF.new" "$MARIADB_CNF"
+	else
+		rm -f "$MARIADB_CNF.new"
+	fi
+	if [ ! -d "$MARIADB_DIR/data/mysql" ]; then
+		log "initialising MariaDB in $MARIADB_DIR/data"
+		mariadb-install-db --defaults-file="$MARIADB_CNF" --skip-test-db --auth-root-authentication-method=socket \
+			>"$LOG/mariadb/install.log" 2>&1 || { tail -20 "$LOG/mariadb/install.log" >&2; die "mariadb-install-db failed"; }
+	fi
+	if ! alive "$RUN/mariadb.pid"; then
+		log "starting MariaDB on 127.0.0.1:$MARIADB_PORT"
+		setsid mariadbd --defaults-file="$MARIADB_CNF" </dev/null >>"$LOG/mariadb/mariadbd.out" 2>&1 &
+		echo $! >"$RUN/mariadb.pid"
+	fi
+	wait_for MariaDB 60 mariadb_root -e 'SELECT 1'
+	[ -s "$MARIADB_DIR/slurm.pass" ] || (umask 077 && openssl rand -hex 24 >"$MARIADB_DIR/slurm.pass")
+	acct_db_sql "$(cat "$MARIADB_DIR/slurm.pass")" | mariadb_root
+}
+
+# start_slurmdbd: slurmdbd in the foreground of its own session, then the cluster and the pools' licenses in it
+# (before start_slurm: slurmctld must find its cluster there).
+start_slurmdbd() {
+	(umask 077 && acct_slurmdbd_conf $DBD_PORT $SLURM_USER "$RUN/slurmdbd.pid.slurm" "$LOG/slurm/slurmdbd.log" \
+		$MARIADB_PORT "$(cat "$MARIADB_DIR/slurm.pass")" >"$SLURMDBD_CONF.new")
+	chown $SLURM_USER:$SLURM_USER "$SLURMDBD_CONF.new"
+	if ! cmp -s "$SLURMDBD_CONF.new" "$SLURMDBD_CONF"; then
+		stop slurmdbd
+		mv "$SLURMDBD_CONF.new" "$SLURMDBD_CONF"
+	else
+		rm -f "$SLURMDBD_CONF.new"
+	fi
+	if ! alive "$RUN/slurmdbd.pid"; then
+		log "starting slurmdbd on 127.0.0.1:$DBD_PORT"
+		setsid slurmdbd -D </dev/null >>"$LOG/slurm/slurmdbd.out" 2>&1 &
+		echo $! >"$RUN/slurmdbd.pid"
+		# Its first start creates its tables: some seconds. (Each sacctmgr costs about 0.2 s: only after a start.)
+		wait_for slurmdbd 90 sacctmgr -nP show cluster
+	fi
+	acct_ensure $CLUSTER "$SLURM_STATE/state"
 }
 
 stop_slurmds() {
@@ -422,6 +488,11 @@ JUICE_TESTBED_TOKEN_FILE=$TB/slurm-token
 JUICE_TESTBED_PG_URL=postgres://$PG_OWNER@127.0.0.1:$PGPORT/postgres?passfile=$PGPASS
 JUICE_TESTBED_PG_RUNTIME_ROLE=$PG_RUNTIME
 JUICE_TESTBED_SESSIONS_DIR=$JUICE_SESSIONS
+JUICE_TESTBED_ACCOUNTING=1
+JUICE_TESTBED_SLURMDBD=127.0.0.1:$DBD_PORT
+JUICE_TESTBED_SACCTMGR=/usr/bin/sacctmgr
+JUICE_TESTBED_LICENSE_SERVER=$ACCT_LICENSE_SERVER
+JUICE_TESTBED_LICENSES=$(acct_license_names)
 EOF
 	mv "$TB/env.new" "$TB/env"
 }
@@ -447,6 +518,8 @@ cmd_up() {
 	install_packages
 	start_munge
 	write_slurm_conf
+	start_mariadb
+	start_slurmdbd
 	start_slurm
 	refresh_token
 	start_slurmrestd
@@ -462,6 +535,9 @@ cmd_down() {
 	stop slurmrestd
 	stop_slurmds
 	stop slurmctld
+	# After slurmctld, which hands slurmdbd what it still holds as it stops.
+	stop slurmdbd
+	stop mariadb
 	if alive "$RUN/postgres.pid"; then
 		log "stopping PostgreSQL"
 		setpriv --reuid=$PG_USER --regid=$PG_USER --clear-groups $PGBIN/pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null || stop postgres
@@ -478,7 +554,7 @@ cmd_down() {
 
 cmd_status() {
 	local n
-	for n in munged slurmctld "${NODES[@]/#/slurmd-}" slurmrestd postgres juice-sim juice-controller; do
+	for n in munged mariadb slurmdbd slurmctld "${NODES[@]/#/slurmd-}" slurmrestd postgres juice-sim juice-controller; do
 		if alive "$RUN/$n.pid"; then echo "$n: running (pid $(cat "$RUN/$n.pid"))"; else echo "$n: stopped"; fi
 	done
 }

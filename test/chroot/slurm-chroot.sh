@@ -4,13 +4,15 @@
 # A whole Slurm cluster inside a debootstrap chroot, for running juice-slurm against newer Slurm releases than the
 # host's:
 #   trixie -> Slurm 24.11 (REST v0.0.40..v0.0.42), slurmctld 7817, slurmd 7818 + 7819, slurmrestd 7820, hook 7271,
-#             juice-sim 7270
+#             juice-sim 7270, slurmdbd 7831, MariaDB 7836
 #   sid    -> Slurm 26.05 (REST v0.0.42..v0.0.45), slurmctld 8817, slurmd 8818 + 8819, slurmrestd 8820, hook 7371,
-#             juice-sim 7370
-# (the host's test bed: slurmctld 6817, slurmd 6818 + 6819, slurmrestd 6820, hook 7171, juice-sim 7070). The hook
-# and juice-sim ports are where the e2e suite, the chaos run and the demo run the controller and the simulator.
+#             juice-sim 7370, slurmdbd 8831, MariaDB 8836
+# (the host's test bed: slurmctld 6817, slurmd 6818 + 6819, slurmrestd 6820, hook 7171, juice-sim 7070, slurmdbd
+# 6831, MariaDB 6836). The hook and juice-sim ports are where the e2e suite, the chaos run and the demo run the
+# controller and the simulator.
 #
-# up      (idempotent) builds the chroot once (kept), mounts proc/sys/dev/dev/pts, starts munged, slurmctld, two
+# up      (idempotent) builds the chroot once (kept), mounts proc/sys/dev/dev/pts, starts munged, MariaDB and
+#         slurmdbd (accounting, with the Juice pools' remote licenses: test/lib/accounting.sh), slurmctld, two
 #         slurmds (nodes juiceSUITE1 and juiceSUITE2, each in its own UTS namespace so `hostname` in a job names
 #         its node), slurmrestd, writes a token and $ROOT/env. With JUICE_TESTBED_TOKEN_LIFESPAN=SECONDS the
 #         token is short-lived and renewed in the background every JUICE_TESTBED_TOKEN_RENEW seconds (default a
@@ -34,6 +36,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 # shellcheck source=../lib/apt.sh
 . "$REPO/test/lib/apt.sh"
+# shellcheck source=../lib/accounting.sh
+. "$REPO/test/lib/accounting.sh"
 BASE=${JUICE_TESTBED_DIR:-/var/tmp/juice-testbed}
 
 usage() { echo "usage: $0 up|wire|unwire|services|restart-rest|down|status|destroy trixie|sid" >&2; exit 2; }
@@ -46,6 +50,8 @@ sid) PORT_BASE=8800 HOOK_PORT_DEFAULT=7371 SIM_PORT=7370 ;;
 *) usage ;;
 esac
 CTLD_PORT=$((PORT_BASE + 17)) REST_PORT=$((PORT_BASE + 20))
+# slurmdbd and its MariaDB (accounting, the pools' remote licenses): as in the host's test bed, +31 and +36.
+DBD_PORT=$((PORT_BASE + 31)) MARIADB_PORT=$((PORT_BASE + 36))
 NODES=(juice${SUITE}1 juice${SUITE}2)
 declare -A NODE_PORT=([${NODES[0]}]=$((PORT_BASE + 18)) [${NODES[1]}]=$((PORT_BASE + 19)))
 HOOK_PORT=${JUICE_CHROOT_HOOK_PORT:-$HOOK_PORT_DEFAULT}
@@ -64,7 +70,8 @@ JOB_USER=juice        # an ordinary user for jobs
 OTHER_USER=juiceother # a second ordinary user (jobs of "another user")
 # What an `up` needs, and what `wire` needs besides: job_submit/lua is in slurm-wlm-basic-plugins and loads Lua 5.1
 # (liblua5.1-0); building the plugin needs make, the C library headers and libcrypto's.
-PACKAGES="slurmctld slurmd slurm-client slurmrestd slurm-wlm-basic-plugins liblua5.1-0 munge libslurm-dev gcc make libc6-dev libssl-dev"
+# slurmdbd and mariadb-server: accounting and the pools' remote licenses.
+PACKAGES="slurmctld slurmd slurm-client slurmrestd slurm-wlm-basic-plugins liblua5.1-0 munge libslurm-dev gcc make libc6-dev libssl-dev slurmdbd mariadb-server"
 CPATH=/usr/sbin:/usr/bin:/sbin:/bin
 
 # Inside the chroot (paths as the daemons see them).
@@ -200,7 +207,8 @@ stop_all() {
 	stop_host juice-sim
 	rm -f "$RUNDIR/demo-db-url"
 	# Our daemons first (by their pid files), then anything else still living in the chroot (job steps).
-	for n in slurmrestd $(slurmd_names) slurmd slurmctld munged; do stop_daemon "$n"; done
+	# slurmdbd after slurmctld, which hands it what it still holds as it stops.
+	for n in slurmrestd $(slurmd_names) slurmd slurmctld slurmdbd mariadb munged; do stop_daemon "$n"; done
 	pids=$(chroot_pids)
 	if [ -n "$pids" ]; then
 		log "stopping left-over processes in the chroot: $(echo $pids)"
@@ -347,7 +355,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-AccountingStorageType=accounting_storage/none
+$(acct_slurm_conf $DBD_PORT)
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 MailProg=/bin/true
@@ -396,10 +404,48 @@ EOF
 	mv "$ROOT$JUICE_LIB/.juice-run-as.new" "$ROOT$JUICE_LIB/juice-run-as"
 }
 
+# ---- accounting (test/lib/accounting.sh) ------------------------------------------------------------
+# MariaDB and slurmdbd of this release, inside the chroot, on ports of this bed's own; slurmdbd.conf in /etc/slurm.
+MARIADB_CNF=/etc/mysql/juice-testbed.cnf
+MARIADB_DATA=/var/lib/juice-mariadb
+MARIADB_RUN=/run/juice-mariadb
+MARIADB_PASS=/etc/mysql/juice-testbed-slurm.pass
+
+mariadb_root() { in_root mariadb --defaults-file=$MARIADB_CNF "$@"; }
+
+# start_accounting: MariaDB (initialised once), slurmdbd's database and user, slurmdbd, then the cluster and the
+# pools' licenses in it (before slurmctld starts: it must find its cluster there). A changed configuration restarts
+# the daemon it is for.
+start_accounting() {
+	in_root install -d -o mysql -g mysql -m 0700 $MARIADB_DATA
+	in_root install -d -o mysql -g mysql -m 0755 $MARIADB_RUN /var/log/mysql
+	acct_mariadb_cnf $MARIADB_DATA $MARIADB_RUN $MARIADB_PORT /var/log/mysql/juice-testbed.log >"$ROOT$MARIADB_CNF.new"
+	install_if_changed "$ROOT$MARIADB_CNF.new" "$ROOT$MARIADB_CNF" && stop_daemon mariadb
+	if [ ! -d "$ROOT$MARIADB_DATA/mysql" ]; then
+		log "initialising MariaDB in $MARIADB_DATA"
+		in_root mariadb-install-db --defaults-file=$MARIADB_CNF --skip-test-db --auth-root-authentication-method=socket \
+			>"$RUNDIR/mariadb-install.log" 2>&1 || { tail -20 "$RUNDIR/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
+	fi
+	start_daemon mariadb "" /usr/sbin/mariadbd --defaults-file=$MARIADB_CNF
+	wait_for "MariaDB on :$MARIADB_PORT" 60 mariadb_root -e 'SELECT 1'
+	[ -s "$ROOT$MARIADB_PASS" ] || (umask 077 && openssl rand -hex 24 >"$ROOT$MARIADB_PASS")
+	acct_db_sql "$(cat "$ROOT$MARIADB_PASS")" | mariadb_root
+	(umask 077 && acct_slurmdbd_conf $DBD_PORT slurm /run/slurmdbd.pid /var/log/slurm/slurmdbd.log $MARIADB_PORT \
+		"$(cat "$ROOT$MARIADB_PASS")" >"$ROOT/etc/slurm/slurmdbd.conf.new")
+	in_root chown slurm:slurm /etc/slurm/slurmdbd.conf.new
+	install_if_changed "$ROOT/etc/slurm/slurmdbd.conf.new" "$ROOT/etc/slurm/slurmdbd.conf" && stop_daemon slurmdbd
+	if ! daemon_running slurmdbd; then
+		start_daemon slurmdbd "" /usr/sbin/slurmdbd -D
+		# Its first start creates its tables: some seconds. (Each sacctmgr costs about 0.2 s: only after a start.)
+		wait_for "slurmdbd on :$DBD_PORT" 90 in_root sacctmgr -nP show cluster
+	fi
+	acct_ensure $CLUSTER "$ROOT/var/lib/slurm/slurmctld" in_root
+}
+
 # ---- start and wait -------------------------------------------------------------------------------
 rest_versions() {
 	case "$SUITE" in
-	trixie) echo "openapi/slurmctld" ;; # without slurmdbd, 24.11 must not load openapi/slurmdbd
+	trixie) echo "openapi/slurmctld" ;; # what juice-slurm uses (24.11 without slurmdbd must not load openapi/slurmdbd)
 	sid) echo "" ;;
 	esac
 }
@@ -507,12 +553,14 @@ start() {
 	configure
 	# A single-node chroot of an older version of this script ran one "slurmd".
 	stop_daemon slurmd
+	start_daemon munged "" setpriv --reuid=munge --regid=munge --clear-groups /usr/sbin/munged -F
+	wait_for munged 20 in_root munge -n
+	# slurmdbd and the cluster in it before slurmctld, which a new slurm.conf (accounting on) restarts.
+	start_accounting
 	if [ $CONFIG_CHANGED = 1 ] && daemon_running slurmctld; then
 		log "slurm.conf changed: restarting slurmctld and the slurmds"
 		restart_slurm
 	fi
-	start_daemon munged "" setpriv --reuid=munge --regid=munge --clear-groups /usr/sbin/munged -F
-	wait_for munged 20 in_root munge -n
 	start_slurm
 	start_rest
 	tokens
@@ -782,18 +830,22 @@ EOF
 }
 
 # ---- the env file ---------------------------------------------------------------------------------
-# write_scontrol: a host command that is this test bed's scontrol, for the controller the suites start on the host
-# (--scontrol): the host's own /usr/bin/scontrol is another release and talks to the host's slurmctld, so a lost
-# session's requeue (before slurmrestd v0.0.45) and the notify that tells srun why would go to the wrong cluster.
+# write_scontrol: host commands that are this test bed's scontrol and sacctmgr, for the controller the suites start
+# on the host (--scontrol; the licenses' counts through sacctmgr): the host's own are another release and talk to
+# the host's slurmctld and slurmdbd, so a lost session's requeue (before slurmrestd v0.0.45), the notify that tells
+# srun why, and a license's count would go to the wrong cluster.
 write_scontrol() {
+	local cmd
 	install -d -m 0755 "$RUNDIR"
-	cat >"$RUNDIR/scontrol.tmp" <<EOF
+	for cmd in scontrol sacctmgr; do
+		cat >"$RUNDIR/$cmd.tmp" <<EOF
 #!/bin/sh
-# scontrol of the Slurm $SUITE test bed in $ROOT, run from the host (written by test/chroot/slurm-chroot.sh)
-exec chroot $ROOT /usr/bin/env -i PATH=$CPATH LANG=C.UTF-8 HOME=/root scontrol "\$@"
+# $cmd of the Slurm $SUITE test bed in $ROOT, run from the host (written by test/chroot/slurm-chroot.sh)
+exec chroot $ROOT /usr/bin/env -i PATH=$CPATH LANG=C.UTF-8 HOME=/root $cmd "\$@"
 EOF
-	chmod 0755 "$RUNDIR/scontrol.tmp"
-	mv "$RUNDIR/scontrol.tmp" "$RUNDIR/scontrol"
+		chmod 0755 "$RUNDIR/$cmd.tmp"
+		mv "$RUNDIR/$cmd.tmp" "$RUNDIR/$cmd"
+	done
 }
 
 write_env() {
@@ -823,6 +875,7 @@ write_env() {
 		echo "JUICE_TESTBED_EXEC=$run_as root"
 		echo "JUICE_TESTBED_EXEC_AS=$run_as"
 		echo "JUICE_TESTBED_SCONTROL=$RUNDIR/scontrol"
+		echo "JUICE_TESTBED_SACCTMGR=$RUNDIR/sacctmgr"
 		echo "JUICE_TESTBED_JOB_USER=$JOB_USER"
 		echo "JUICE_TESTBED_OTHER_USER=$OTHER_USER"
 		echo "JUICE_TESTBED_WIRED=$w"
@@ -832,6 +885,10 @@ write_env() {
 		echo "JUICE_TESTBED_HOOK_SECRET=$ROOT$JUICE_ETC/hook.secret"
 		echo "JUICE_TESTBED_POLICY=$ROOT$JUICE_ETC/juice-policy.conf"
 		echo "JUICE_TESTBED_SESSIONS_DIR=$ROOT$JUICE_SESSIONS"
+		echo "JUICE_TESTBED_ACCOUNTING=1"
+		echo "JUICE_TESTBED_SLURMDBD=127.0.0.1:$DBD_PORT"
+		echo "JUICE_TESTBED_LICENSE_SERVER=$ACCT_LICENSE_SERVER"
+		echo "JUICE_TESTBED_LICENSES=$(acct_license_names)"
 		echo "JUICE_TESTBED_HOOK_LOG=$ROOT$JUICE_LOGDIR/hooks.log"
 		echo "JUICE_TESTBED_PLUGSTACK_ENTRY=$ROOT$PLUGSTACK_ENTRY"
 		[ -n "$pg" ] && echo "JUICE_TESTBED_PG_URL=$pg"
@@ -845,7 +902,7 @@ write_env() {
 
 status() {
 	local rc=0 n
-	for n in munged slurmctld $(slurmd_names) slurmrestd; do
+	for n in munged mariadb slurmdbd slurmctld $(slurmd_names) slurmrestd; do
 		if daemon_running "$n"; then
 			echo "$n: running (pid $(cat "$RUNDIR/$n.pid"))"
 		else
