@@ -231,7 +231,7 @@ JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 MailProg=/bin/true
 ReturnToService=2
-SchedulerParameters=sched_interval=2
+SchedulerParameters=sched_interval=2,allow_zero_lic,bf_licenses
 MinJobAge=300
 # Room for the benchmark's 10,000 held jobs beside the others (the default is 10,000 in all).
 MaxJobCount=50000
@@ -597,6 +597,7 @@ cmd_wire() {
 		-e "s#^JUICE_HOOK_BIN=.*#JUICE_HOOK_BIN=$JUICE_PREFIX/juice-slurm-hook#" \
 		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=https://127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}#" \
 		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$LOG/juice-hooks.log#" \
+		-e "s#^JUICE_LICENSES=.*#JUICE_LICENSES=${JUICE_TESTBED_LICENSES_ON:-on}#" \
 		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
 		"$ART_CONFIG/juice-config.sh" >$JUICE_ETC/juice-config.sh
 	# The site policy job_submit.lua and the controller both read: the plugstack's limits, the pools of
@@ -677,7 +678,7 @@ EOF
 			--slurmrestd-url "http://127.0.0.1:$REST_PORT" --slurm-user $SLURM_USER --slurm-token-file "$TB/slurm-token" \
 			--juice-url http://127.0.0.1:7070 --juice-token-file "$demo/juice.token" --cluster-key $JUICE_ETC/cluster.key \
 			--hook-secret $JUICE_ETC/hook.secret --hook-listen "$hook" --poll-interval "${JUICE_TESTBED_POLL:-1s}" \
-			${JUICE_TESTBED_CONTROLLER_ARGS:-} \
+			--licenses "${JUICE_TESTBED_LICENSES_ON:-on}" --sacctmgr /usr/bin/sacctmgr ${JUICE_TESTBED_CONTROLLER_ARGS:-} \
 			--state-dir $JUICE_SESSIONS \
 			</dev/null >>"$LOG/juice-controller.log" 2>&1 &
 		echo $! >"$RUN/juice-controller.pid"

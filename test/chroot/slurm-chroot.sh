@@ -359,7 +359,7 @@ $(acct_slurm_conf $DBD_PORT)
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 MailProg=/bin/true
-SchedulerParameters=sched_interval=2
+SchedulerParameters=sched_interval=2,allow_zero_lic,bf_licenses
 ReturnToService=2
 MinJobAge=300
 # make bench-scale queues 100,000 jobs (the default is 10,000); a larger limit only sizes slurmctld's job tables.
@@ -717,6 +717,7 @@ wire() {
 		-e "s#^JUICE_HOOK_SECRET=.*#JUICE_HOOK_SECRET=$JUICE_ETC/hook.secret#" \
 		-e "s#^JUICE_STATE_DIR=.*#JUICE_STATE_DIR=$JUICE_SESSIONS#" \
 		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$JUICE_LOGDIR/hooks.log#" \
+		-e "s#^JUICE_LICENSES=.*#JUICE_LICENSES=${JUICE_TESTBED_LICENSES_ON:-on}#" \
 		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
 		"$REPO/hooks/juice-config.sh" >"$ROOT$JUICE_ETC/.juice-config.sh.new"
 	chmod 0644 "$ROOT$JUICE_ETC/.juice-config.sh.new"
@@ -819,6 +820,7 @@ EOF
 			--cluster-key "$ROOT$JUICE_ETC/cluster.key" --hook-secret "$ROOT$JUICE_ETC/hook.secret" \
 			--policy "$ROOT$JUICE_ETC/juice-policy.conf" --hook-cert $JUICE_ETC/hook.crt --hook-key $JUICE_ETC/hook.key \
 			--hook-listen "$hook" --poll-interval 1s --scontrol "$RUNDIR/scontrol" --state-dir "$ROOT$JUICE_SESSIONS" \
+			--licenses "${JUICE_TESTBED_LICENSES_ON:-on}" --sacctmgr "$RUNDIR/sacctmgr" \
 			</dev/null >>"$RUNDIR/juice-controller.log" 2>&1 &
 		echo $! >"$RUNDIR/juice-controller.pid"
 	fi

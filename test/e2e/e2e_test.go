@@ -299,22 +299,25 @@ func TestPendingRequestVisibleAndCancelReleases(t *testing.T) {
 	noLiveSession(t, s, job)
 }
 
-// A batch job whose pool is full is requeued by the failing prolog, and served once capacity frees.
+// A batch job whose pool is full waits in Slurm's queue for the pool's license (Reason=Licenses), is never
+// requeued, and is served once the holder ends.
 //
 // With the legacy controller a whole-GPU request never fills a GPU (sessions stack on it), so both ask for most of
 // its VRAM; and VRAM given back by a closed session is never added back there, so once the holder ended the pool's
-// agent is restarted (what its operator does), and only then is the requeued job served.
-func TestPoolFullBatchJobIsRequeuedThenServed(t *testing.T) {
+// agent is restarted (what its operator does), and only then is the waiting job's session placed.
+func TestPoolFullBatchJobWaitsForItsLicense(t *testing.T) {
+	requireLicensed(t)
 	s := openStore(t)
 	ask := []string{"--juice-pool=small"}
 	if legacyMode() {
 		ask = append(ask, "--juice-vram=12")
 	}
+	waitFor(t, 60*time.Second, "pool small's license counts its one GPU", func() bool { return licenseTotal(t, "small") == 1 })
 	holder := sbatch(t, append(ask, "-o", "/dev/null", "--wrap", "sleep 25")...)
 	waitFor(t, 60*time.Second, "the holder has the pool's only GPU", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
 	outFile := filepath.Join(world.dir, "poolfull.out")
 	job := sbatch(t, append(ask, "-o", world.env.JobPath(outFile), "--wrap", "env")...)
-	waitFor(t, 90*time.Second, "the job is requeued", func() bool { return getJob(t, job).Run >= 1 })
+	pendsFor(t, job, "Licenses", 60*time.Second)
 	if legacyMode() {
 		waitJobDone(t, holder, 2*time.Minute)
 		noLiveSession(t, s, holder)
@@ -322,33 +325,12 @@ func TestPoolFullBatchJobIsRequeuedThenServed(t *testing.T) {
 	}
 	j := waitJobDone(t, job, 4*time.Minute)
 	require.Equal(t, slurmrest.StateCompleted, j.State)
+	require.Equal(t, 0, j.Run, "the job was requeued")
 	b, err := os.ReadFile(outFile)
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^JUICE_SESSION_ID=[0-9a-f-]{36}$`, string(b))
-	r0, err := s.ForRun(context.Background(), run(job, 0))
-	require.NoError(t, err)
-	require.Contains(t, []reconcile.State{reconcile.StateReleased, reconcile.StateFailed}, r0.Status.State)
 	noLiveSession(t, s, job)
 	noLiveSession(t, s, holder)
-}
-
-// srun when the pool stays full: a clear failure, and no allocation left running.
-func TestSrunPoolStaysFull(t *testing.T) {
-	s := openStore(t)
-	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 60")
-	defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
-	waitFor(t, 60*time.Second, "the holder runs", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
-	name := fmt.Sprintf("e2e-full-%d", time.Now().UnixNano()%1e6)
-	out, code := slurm(t, 120*time.Second, "srun", "--job-name="+name, "--juice-pool=small", "true")
-	require.NotEqual(t, 0, code, out)
-	require.Contains(t, out, "PrologSlurmctld failed")
-	q, _ := slurm(t, 10*time.Second, "squeue", "-h", "--states=all", "-n", name, "-o", "%i %T")
-	fields := strings.Fields(q)
-	require.Len(t, fields, 2, q)
-	require.NotEqual(t, "RUNNING", fields[1], "the allocation leaked")
-	id, _ := strconv.ParseUint(fields[0], 10, 32)
-	waitFor(t, 30*time.Second, "its reservation ends", func() bool { return stateOf(t, s, run(uint32(id), 0)).Final() })
-	noLiveSession(t, s, uint32(id))
 }
 
 func TestTimeLimitReleases(t *testing.T) {

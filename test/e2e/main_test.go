@@ -151,6 +151,9 @@ func runAll(m *testing.M) int {
 	return code
 }
 
+// licensed reports whether the test bed serves each pool as a Slurm license (slurmdbd, JUICE_LICENSES=on).
+func licensed() bool { return world.env.Get("JUICE_TESTBED_ACCOUNTING") == "1" }
+
 // startController starts (or restarts) the controller process, appending to its log.
 func startController() error { return startControllerOn(world.dbURL) }
 
@@ -166,6 +169,11 @@ func startControllerOn(dbURL string) error {
 		"--scontrol", world.env.Scontrol(), "--state-dir", world.env.Get("JUICE_TESTBED_SESSIONS_DIR"),
 		"--poll-interval", "500ms", "--session-poll", "100ms", "--lease-ttl", "3s", "--sweep-interval", "10s",
 		"--log-format", "json")
+	// The pools are Slurm licenses wherever the bed has accounting (every bed does since issue 23): the controller
+	// keeps their counts, as the bed's own controller does.
+	if licensed() {
+		c.Args = append(c.Args, "--licenses", "on", "--sacctmgr", world.env.Get("JUICE_TESTBED_SACCTMGR"))
+	}
 	if err := testbed.StartLogged(c, world.ctlLog); err != nil {
 		return err
 	}

@@ -1,0 +1,182 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+)
+
+// The pools as Slurm licenses (issue 23): a job the pool cannot serve now waits in Slurm's queue, PENDING with
+// Reason=Licenses, instead of being given nodes that sit in CONFIGURING while its prolog waits and then fail. Each
+// test fails (never skips) on a bed without accounting: every release's bed has slurmdbd.
+
+func requireLicensed(t *testing.T) {
+	t.Helper()
+	require.True(t, licensed(), "the test bed has no accounting (JUICE_TESTBED_ACCOUNTING): the pools are no Slurm licenses")
+}
+
+// licenseTotal is the Total slurmctld shows for pool's license (-1 when it shows none).
+func licenseTotal(t *testing.T, pool string) int {
+	t.Helper()
+	out, _ := slurm(t, 10*time.Second, "scontrol", "show", "lic", "juice_"+pool+"@juice")
+	m := regexp.MustCompile(`\bTotal=(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// pendsFor waits until job is PENDING for reason.
+func pendsFor(t *testing.T, job uint32, reason string, within time.Duration) {
+	t.Helper()
+	var last *slurmrest.Job
+	waitFor(t, within, fmt.Sprintf("job %d pending for %s", job, reason), func() bool {
+		last = getJob(t, job)
+		return last.State == slurmrest.StatePending && last.StateReason == reason
+	})
+}
+
+// (a) and (b): an srun whose pool is full waits in Slurm's queue for the pool's license (squeue says Licenses), is
+// never cancelled, lets a plain job run on the nodes meanwhile, and runs with its session once the holder ends.
+func TestSrunWaitsForItsPoolsLicense(t *testing.T) {
+	requireLicensed(t)
+	s := openStore(t)
+	waitFor(t, 60*time.Second, "pool small's license counts its one GPU", func() bool { return licenseTotal(t, "small") == 1 })
+	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 20")
+	defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
+	waitFor(t, 60*time.Second, "the holder runs", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
+
+	name := fmt.Sprintf("e2e-lic-%d", time.Now().UnixNano()%1e6)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srun := world.env.Command(ctx, "srun", "--job-name="+name, "--juice-pool=small", "printenv", "JUICE_SESSION_ID")
+	srun.Dir = os.TempDir()
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { out, err := srun.CombinedOutput(); done <- result{string(out), err} }()
+
+	var id uint32
+	waitFor(t, 60*time.Second, "the srun pends for its license", func() bool {
+		q, _ := slurm(t, 10*time.Second, "squeue", "-h", "-n", name, "-o", "%i %T %r")
+		f := strings.Fields(q)
+		if len(f) != 3 {
+			return false
+		}
+		n, _ := strconv.ParseUint(f[0], 10, 32)
+		id = uint32(n)
+		return f[1] == "PENDING" && f[2] == "Licenses"
+	})
+	// A plain job is not held up: the nodes are free for it.
+	out, code := slurm(t, 60*time.Second, "srun", "-n1", "true")
+	require.Equal(t, 0, code, "a plain srun while the Juice one waits: %s", out)
+	require.Equal(t, slurmrest.StatePending, getJob(t, id).State, "the Juice srun started while its pool was full")
+
+	r := <-done
+	require.NoError(t, r.err, "the srun once the holder ended: %s", r.out)
+	require.Regexp(t, `(?m)^[0-9a-f-]{36}$`, r.out)
+	j := waitJobDone(t, id, time.Minute)
+	require.Equal(t, slurmrest.StateCompleted, j.State)
+	require.Equal(t, 0, j.Run, "the srun's job was requeued")
+	waitFor(t, 30*time.Second, "its reservation ends", func() bool { return stateOf(t, s, run(id, 0)).Final() })
+	noLiveSession(t, s, id)
+}
+
+// (e): two pending jobs, each holding a ready reservation for half the pool, both start: the license counts the
+// sessions of this cluster's runs as the pool's, so a pending job's own reservation never keeps it from starting.
+// Their begin time is past one sync of the licenses (every 30 s) after both sessions are ready.
+func TestTwoHalfPoolReservationsBothStart(t *testing.T) {
+	requireLicensed(t)
+	s := openStore(t)
+	waitFor(t, 60*time.Second, "pool test's license counts its 8 GPUs", func() bool { return licenseTotal(t, "test") == 8 })
+	var jobs []uint32
+	for i := 0; i < 2; i++ {
+		jobs = append(jobs, sbatch(t, "--begin=now+45", "--juice-pool=test", "--juice-gpu-count=4", "-o", "/dev/null", "--wrap", "sleep 2"))
+	}
+	for _, job := range jobs {
+		defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(job)))
+		waitFor(t, 40*time.Second, fmt.Sprintf("job %d reserved while it waits for its begin time", job), func() bool {
+			return stateOf(t, s, run(job, 0)) == reconcile.StateReady
+		})
+	}
+	require.Equal(t, 8, licenseTotal(t, "test"), "our own reservations were taken off the license")
+	for _, job := range jobs {
+		j := waitJobDone(t, job, 2*time.Minute)
+		require.Equal(t, slurmrest.StateCompleted, j.State, "job %d", job)
+		require.Equal(t, 0, j.Run, "job %d was requeued", job)
+		noLiveSession(t, s, job)
+	}
+	require.Equal(t, 8, licenseTotal(t, "test"))
+}
+
+// (d): sessions another Juice client holds in the pool lower what Slurm starts: its GPU comes off the license, a
+// Juice job waits for the license meanwhile, and runs once that session ends.
+func TestSessionsOfOthersLowerTheLicense(t *testing.T) {
+	requireLicensed(t)
+	if legacyMode() {
+		t.Fatal("run against juice-sim: the legacy controller's whole-agent grants are another test")
+	}
+	s := openStore(t)
+	waitFor(t, 60*time.Second, "pool small's license counts its one GPU", func() bool { return licenseTotal(t, "small") == 1 })
+	other, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: world.juiceURL, TokenFile: world.juiceToken})
+	require.NoError(t, err)
+	ctx := context.Background()
+	// Another client's key: no reservation of ours has it.
+	sid, err := other.RequestSession(ctx, uuid.New(), juiceapi.SessionRequest{PoolID: "small", GPUs: 1})
+	require.NoError(t, err)
+	cancelled := false
+	defer func() {
+		if !cancelled {
+			_ = other.CancelSession(ctx, sid)
+		}
+	}()
+	waitFor(t, 70*time.Second, "the other client's GPU comes off pool small's license", func() bool { return licenseTotal(t, "small") == 0 })
+	job := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "true")
+	defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(job)))
+	pendsFor(t, job, "Licenses", 30*time.Second)
+	require.NoError(t, other.CancelSession(ctx, sid))
+	cancelled = true
+	j := waitJobDone(t, job, 2*time.Minute)
+	require.Equal(t, slurmrest.StateCompleted, j.State)
+	require.Equal(t, 0, j.Run, "the job was requeued")
+	require.Equal(t, 1, licenseTotal(t, "small"))
+	noLiveSession(t, s, job)
+}
+
+// (g), Slurm's side: sacct records each Juice job's license use, the GPUs its request takes (a VRAM slice 1).
+func TestSacctShowsTheLicenseUse(t *testing.T) {
+	requireLicensed(t)
+	for _, c := range []struct {
+		ask  []string
+		want string
+	}{
+		{[]string{"--juice-pool=test", "--juice-gpu-count=2"}, "license/juice_test@juice=2"},
+		{[]string{"--juice-pool=test", "--juice-vram=8"}, "license/juice_test@juice=1"},
+	} {
+		job := sbatch(t, append(c.ask, "-o", "/dev/null", "--wrap", "true")...)
+		require.Equal(t, slurmrest.StateCompleted, waitJobDone(t, job, 90*time.Second).State)
+		var out string
+		waitFor(t, 30*time.Second, "sacct knows the job", func() bool {
+			out, _ = slurm(t, 10*time.Second, "sacct", "-n", "-X", "-P", "-j", strconv.Itoa(int(job)), "-o", "alloctres")
+			return strings.Contains(out, "license/")
+		})
+		require.Contains(t, strings.Split(strings.TrimSpace(out), ","), c.want, "job %d (%v): %s", job, c.ask, out)
+	}
+}
