@@ -40,13 +40,13 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 const (
@@ -473,20 +473,13 @@ func (b *bench) runPhase(ctx context.Context, ph *phase) error {
 		return b.restartRestd(context.Background(), nil) // the next phase, or the clean-up, needs one
 	}
 	if ph.design != "" {
-		url, drop, err := testbed.CreateDatabase(ctx, b.env)
+		// A database of the phase's own, used as the runtime role as the controller uses it.
+		w, err := world.Build(ctx, world.Config{Cluster: b.env.Cluster()})
 		if err != nil {
 			return err
 		}
-		defer drop()
-		pool, err := pgxpool.New(ctx, url)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		st = store.New(pool, b.env.Cluster())
-		if err := st.Migrate(ctx); err != nil {
-			return err
-		}
+		defer w.Close()
+		st = w.Store
 		cs = &counting{Slurm: b.c}
 		p = &controller.Poller{Slurm: cs, Store: st, Cluster: b.env.Cluster(), FullListings: ph.design == "full",
 			Lookahead: reconcile.Lookahead{PerPool: 4, PerUser: 2, PerAccount: 3, Window: 8 * 24 * time.Hour},
