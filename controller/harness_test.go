@@ -59,7 +59,9 @@ func newHarnessWith(t *testing.T, legacy juicesim.Legacy, tweaks ...func(*juices
 		tweak(&cfg)
 	}
 	w := world.New(t, world.Config{Sim: &cfg, PoolIDs: true,
-		Client: juiceapi.HTTPConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, Timeout: 5 * time.Second}})
+		Client: func(hc *juiceapi.HTTPConfig) {
+			hc.MaxAttempts, hc.InitialBackoff, hc.Timeout = 3, 10*time.Millisecond, 5*time.Second
+		}})
 	return &harness{t: t, dbURL: w.DB.Runtime, pool: w.Pool, store: w.Store, sim: w.Sim, juice: w.Juice,
 		tokenFile: w.TokenFile, slurm: w.Slurm, key: w.Key, secret: w.Secret,
 		log: testr.NewWithOptions(t, testr.Options{Verbosity: 0})}

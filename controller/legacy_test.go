@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/test/fakeclock"
 	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
@@ -315,7 +315,7 @@ func TestLivenessCallsGrowWithAgentsNotSessions(t *testing.T) {
 // (seen in the first legacy chaos run).
 func TestLegacyCancelWaitsForTheAgent(t *testing.T) {
 	t.Parallel()
-	clock := &fakeNow{t: time.Now()}
+	clock := fakeclock.New(time.Now())
 	h := newHarnessWith(t, juicesim.AllLegacy(), func(c *juicesim.Config) { c.Now, c.ActivateDelay = clock.Now, time.Second })
 	ctx := context.Background()
 	rc := h.reconciler(nil)
@@ -338,14 +338,6 @@ func TestLegacyCancelWaitsForTheAgent(t *testing.T) {
 	require.Zero(t, h.sim.Sim.AgentsKilled())
 	require.NoError(t, h.sim.Sim.Check())
 }
-
-type fakeNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (f *fakeNow) Now() time.Time      { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
-func (f *fakeNow) Add(d time.Duration) { f.mu.Lock(); f.t = f.t.Add(d); f.mu.Unlock() }
 
 // agentCounter counts the agent reads a reconciler makes: the pool walks that look for a run's sessions.
 type agentCounter struct {

@@ -53,17 +53,22 @@ type Config struct {
 	Migrator testbed.Migrator
 	// NoStore leaves the database's pool and store unopened (the suites whose controller is a process).
 	NoStore bool
+	// NoDatabase makes no database at all (the Juice client's tests, which need no PostgreSQL).
+	NoDatabase bool
 	// PoolMaxConns, when set, overrides pgxpool's default size (max(4, NumCPU)), the one the controller runs with.
 	PoolMaxConns int
+	// Token is what the token file holds, the client's token; empty is the simulator's. The Juice client's tests
+	// give another one than the simulator's to see it refused.
+	Token string
 	// Sim starts an in-process simulator with this configuration (its Token defaults to Token); nil starts none.
 	Sim *juicesim.Config
 	// SimLog is the simulator's log; the zero value discards it.
 	SimLog logr.Logger
 	// SimURL points the Juice client at a simulator elsewhere (another process) when Sim is nil.
 	SimURL string
-	// Client is the Juice client's configuration; the world sets its BaseURL and TokenFile. The zero value is the
-	// production defaults.
-	Client juiceapi.HTTPConfig
+	// Client adjusts the Juice client's configuration once the world has set its BaseURL, TokenFile (and Pools);
+	// nil keeps the production defaults.
+	Client func(*juiceapi.HTTPConfig)
 	// PoolIDs maps each of the simulator's pool names to its id in the client, as an administrator configures it
 	// for the legacy controller.
 	PoolIDs bool
@@ -138,10 +143,12 @@ func Build(ctx context.Context, cfg Config) (w *World, err error) {
 	}
 	dir := w.Dir
 	w.closers = append(w.closers, func() { os.RemoveAll(dir) })
-	if err := w.database(ctx, cfg); err != nil {
-		return nil, err
+	if !cfg.NoDatabase {
+		if err := w.database(ctx, cfg); err != nil {
+			return nil, err
+		}
 	}
-	if !cfg.NoStore {
+	if !cfg.NoDatabase && !cfg.NoStore {
 		if err := w.openStore(ctx, cfg); err != nil {
 			return nil, err
 		}
@@ -152,9 +159,13 @@ func Build(ctx context.Context, cfg Config) (w *World, err error) {
 	}
 	// The controller's own check (cmd/juice-slurm): a hook secret shorter than 16 bytes is refused.
 	w.Secret = secretfile.New(w.SecretFile, secretfile.MinLength(16))
-	token := Token
+	simToken := Token
 	if cfg.Sim != nil && cfg.Sim.Token != "" {
-		token = cfg.Sim.Token
+		simToken = cfg.Sim.Token
+	}
+	token := cfg.Token
+	if token == "" {
+		token = simToken
 	}
 	w.TokenFile = filepath.Join(w.Dir, "juice.token")
 	if err := os.WriteFile(w.TokenFile, []byte(token+"\n"), 0o600); err != nil {
@@ -163,7 +174,7 @@ func Build(ctx context.Context, cfg Config) (w *World, err error) {
 	simURL := cfg.SimURL
 	if cfg.Sim != nil {
 		sc := *cfg.Sim
-		sc.Token = token
+		sc.Token = simToken
 		log := cfg.SimLog
 		if log.GetSink() == nil {
 			log = logr.Discard()
@@ -176,8 +187,7 @@ func Build(ctx context.Context, cfg Config) (w *World, err error) {
 		simURL = w.Sim.URL
 	}
 	if simURL != "" {
-		hc := cfg.Client
-		hc.BaseURL, hc.TokenFile = simURL, w.TokenFile
+		hc := juiceapi.HTTPConfig{BaseURL: simURL, TokenFile: w.TokenFile}
 		if cfg.PoolIDs && w.Sim != nil {
 			hc.Pools = map[string]string{}
 			for _, p := range cfg.Sim.Pools {
@@ -185,6 +195,9 @@ func Build(ctx context.Context, cfg Config) (w *World, err error) {
 					hc.Pools[p.ID] = id
 				}
 			}
+		}
+		if cfg.Client != nil {
+			cfg.Client(&hc)
 		}
 		if w.Juice, err = juiceapi.NewHTTPClient(hc); err != nil {
 			return nil, fmt.Errorf("the Juice client: %w", err)
