@@ -21,16 +21,6 @@ func dash(s string) string {
 	return s
 }
 
-// unescape undoes policy.tsv's escapes (vectors.Unescape).
-func unescape(t *testing.T, s string) string {
-	t.Helper()
-	u, err := vectors.Unescape(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 // TestVectors checks every row of test/vectors/policy.tsv, which job_submit.lua's test reads too: both sides
 // parse the same files and refuse the same requests for the same reason.
 func TestVectors(t *testing.T) {
@@ -44,7 +34,7 @@ func TestVectors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("policy.tsv:%d: held %q: %v", n, cols[4], err)
 		}
-		text := unescape(t, cols[0])
+		text := vectors.Unescape(t, cols[0])
 		if cols[0] == "-" {
 			text = ""
 		}

@@ -10,21 +10,11 @@ import (
 	"github.com/juice-slurm/juice-slurm/test/vectors"
 )
 
-// unescape undoes requests.tsv's escapes (vectors.Unescape).
-func unescape(t *testing.T, s string) string {
-	t.Helper()
-	u, err := vectors.Unescape(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 // TestRequestVectors checks every row of the table that job_submit.lua and the C plugin are tested against too.
 func TestRequestVectors(t *testing.T) {
 	for _, row := range vectors.Read(t, "requests.tsv", 70) {
 		n, cols := row.Line, row.Cols
-		in := unescape(t, cols[0])
+		in := vectors.Unescape(t, cols[0])
 		r, err := Parse(in)
 		switch cols[1] {
 		case "ok":

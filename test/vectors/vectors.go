@@ -29,9 +29,6 @@ type Row struct {
 	Cols []string
 }
 
-// Where names the row in a message: "requests.tsv:12".
-func (r Row) Where(table string) string { return fmt.Sprintf("%s:%d", table, r.Line) }
-
 // Read returns the rows of the table named name (blank lines and # comments left out). It fails the test when the
 // file cannot be read or has fewer than min rows: a truncated table must not pass for a checked one.
 func Read(t testing.TB, name string, min int) []Row {
@@ -59,8 +56,18 @@ func Read(t testing.TB, name string, min int) []Row {
 	return rows
 }
 
-// Unescape undoes the tables' escapes, for the values that hold what a row cannot: \\ \t \n \r and \xNN.
-func Unescape(s string) (string, error) {
+// Unescape undoes the tables' escapes, for the values that hold what a row cannot: \\ \t \n \r and \xNN. An
+// escape it does not know fails the test: a row must not pass half-read.
+func Unescape(t testing.TB, s string) string {
+	t.Helper()
+	u, err := unescape(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func unescape(s string) (string, error) {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		if s[i] != '\\' {
