@@ -15,6 +15,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/fakeclock"
 	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 )
 
@@ -171,7 +172,7 @@ func eventsOf(t *testing.T, h *harness, r reconcile.Reservation) []string {
 // array's next element often waits for it in its prolog.
 func TestAnAssignedSessionIsLookedAtSooner(t *testing.T) {
 	t.Parallel()
-	clock := &fakeNow{t: time.Now()}
+	clock := fakeclock.New(time.Now())
 	h := newHarnessWith(t, juicesim.Legacy{}, func(c *juicesim.Config) { c.Now, c.ActivateDelay = clock.Now, time.Second })
 	ctx := context.Background()
 	rc := h.reconciler(nil)

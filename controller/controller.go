@@ -59,8 +59,6 @@ type Config struct {
 	PollInterval time.Duration
 	// ListPace paces the full listings; zero values take DefaultListPace's.
 	ListPace ListPace
-	// FullListings lists the whole queue at every poll, as before the jobs/state tracking (issue 14).
-	FullListings bool
 	// WaitPoll is how often a queued session is looked at. Default 1s, the legacy controller's tick.
 	WaitPoll time.Duration
 	// ReadyCheck is how often the ready sessions are checked to be alive: a walk of each pool, compared with the
@@ -417,7 +415,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		Retention: c.Config.Retention, PruneInterval: c.Config.PruneInterval, Sweep: c.sweep, SweepFiles: c.sweepFiles,
 		Actors: func(enqueue func(uuid.UUID)) leader.Actors {
 			p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
-				Pace: c.Config.ListPace, FullListings: c.Config.FullListings, TrustComment: c.Config.TrustComment,
+				Pace: c.Config.ListPace, TrustComment: c.Config.TrustComment,
 				Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: enqueue}
 			ja := &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
 			juice := juiceport.New(c.Juice)

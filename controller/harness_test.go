@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -24,28 +22,28 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
-	"github.com/juice-slurm/juice-slurm/test/testbed"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
-// harness is one test's world: a fresh database, an in-process simulator with one pool "test" of 2 agents with
-// 4 GPUs of 80 GiB, instant scheduling, and a scripted Slurm, for cluster c1.
+// harness is one test's world (test/world): a fresh database the controller uses as the runtime role, an
+// in-process simulator with one pool "test" of 2 agents with 4 GPUs of 80 GiB, instant scheduling, and a scripted
+// Slurm, for cluster c1.
 type harness struct {
-	t      *testing.T
-	dbURL  string
-	pool   *pgxpool.Pool
-	store  *store.Store
-	sim    *juicesim.Server
-	juice  *juiceapi.HTTPClient
-	slurm  *fakeslurm.Slurm
-	key    []byte
-	secret *secretfile.File
-	log    logr.Logger
+	t         *testing.T
+	dbURL     string // the runtime role's, as the controller has it
+	pool      *pgxpool.Pool
+	store     *store.Store
+	sim       *juicesim.Server
+	juice     *juiceapi.HTTPClient
+	tokenFile string
+	slurm     *fakeslurm.Slurm
+	key       []byte
+	secret    *secretfile.File
+	log       logr.Logger
 }
 
-const (
-	testToken  = "m2m_controller_test_token"
-	hookSecret = "hook-secret-for-tests"
-)
+// hookSecret is what the hooks send: the world's hook secret.
+var hookSecret = string(world.Secret)
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
@@ -56,40 +54,16 @@ func newHarness(t *testing.T) *harness {
 // The client maps the pool name "test" to the controller's id, as an administrator configures it.
 func newHarnessWith(t *testing.T, legacy juicesim.Legacy, tweaks ...func(*juicesim.Config)) *harness {
 	t.Helper()
-	// Migrated by the owner role; the controller runs as the runtime role, without DDL rights, as it does in a
-	// site's installation.
-	owner := testbed.NewDatabase(t)
-	ownerPool, err := pgxpool.New(context.Background(), owner)
-	require.NoError(t, err)
-	require.NoError(t, store.New(ownerPool, "c1").Migrate(context.Background()))
-	require.NoError(t, store.New(ownerPool, "c1").GrantRuntime(context.Background(), testbed.Require(t).RuntimeRole()))
-	ownerPool.Close()
-	url := testbed.RuntimeURL(t, owner)
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st := store.New(pool, "c1")
-	require.NoError(t, st.CheckSchema(context.Background()))
-	cfg := juicesim.Config{Token: testToken, Legacy: legacy,
-		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*vram.GiB)}}
+	cfg := juicesim.Config{Legacy: legacy, Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*vram.GiB)}}
 	for _, tweak := range tweaks {
 		tweak(&cfg)
 	}
-	sim, err := juicesim.StartServer(cfg, logr.Discard())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
-	require.NoError(t, os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600))
-	poolID, _ := sim.Sim.PoolID("test")
-	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: sim.URL, TokenFile: tokenFile,
-		MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, Timeout: 5 * time.Second,
-		Pools: map[string]string{"test": poolID}})
-	require.NoError(t, err)
-	secretFile := filepath.Join(dir, "hook.secret")
-	require.NoError(t, os.WriteFile(secretFile, []byte(hookSecret+"\n"), 0o600))
-	return &harness{t: t, dbURL: url, pool: pool, store: st, sim: sim, juice: juice, slurm: fakeslurm.New(),
-		key: []byte("0123456789abcdef0123456789abcdef"), secret: secretfile.New(secretFile, secretfile.MinLength(16)),
+	w := world.New(t, world.Config{Sim: &cfg, PoolIDs: true,
+		Client: func(hc *juiceapi.HTTPConfig) {
+			hc.MaxAttempts, hc.InitialBackoff, hc.Timeout = 3, 10*time.Millisecond, 5*time.Second
+		}})
+	return &harness{t: t, dbURL: w.DB.Runtime, pool: w.Pool, store: w.Store, sim: w.Sim, juice: w.Juice,
+		tokenFile: w.TokenFile, slurm: w.Slurm, key: w.Key, secret: w.Secret,
 		log: testr.NewWithOptions(t, testr.Options{Verbosity: 0})}
 }
 

@@ -2,9 +2,7 @@ package controller
 
 import (
 	"context"
-	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +18,8 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/test/fakeclock"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 // The tests here run the reconciler against juice-sim with one behaviour of the legacy controller switched on at
@@ -230,19 +230,12 @@ func TestLegacyPoolNamesAreResolved(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, id, s.PoolID)
 
-	unmapped, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: h.sim.URL, TokenFile: writeTokenFile(t), MaxAttempts: 2})
+	unmapped, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: h.sim.URL, TokenFile: h.tokenFile, MaxAttempts: 2})
 	require.NoError(t, err)
 	r2 := h.ensure(reconcile.RunID{Cluster: "c1", JobID: 8}, gpus2)
 	got = h.driveTo(h.reconciler(unmapped), r2.ID, reconcile.StateFailed)
 	require.Contains(t, got.Status.FailReason, "knows pools by id only")
 	require.Len(t, h.sim.Sim.Sessions(), 1, "nothing was sent for the unresolved name")
-}
-
-func writeTokenFile(t *testing.T) string {
-	t.Helper()
-	f := t.TempDir() + "/token"
-	require.NoError(t, os.WriteFile(f, []byte(testToken), 0o600))
-	return f
 }
 
 // The legacy controller keeps the sessions of a missing agent "active" for ever. The ready check sees that the
@@ -277,22 +270,7 @@ func TestLegacyMissingAgentLosesItsSessions(t *testing.T) {
 // simCalls counts the simulator's answered requests on a route.
 func (h *harness) simCalls(route string) int {
 	h.t.Helper()
-	mfs, err := h.sim.Sim.Registry().Gather()
-	require.NoError(h.t, err)
-	n := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "juice_sim_http_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "route" && l.GetValue() == route {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return int(n)
+	return world.SimCalls(h.t, h.sim.Sim, route)
 }
 
 // Liveness per pool walk: checking N ready runs costs one agent listing and one read per active agent per
@@ -337,7 +315,7 @@ func TestLivenessCallsGrowWithAgentsNotSessions(t *testing.T) {
 // (seen in the first legacy chaos run).
 func TestLegacyCancelWaitsForTheAgent(t *testing.T) {
 	t.Parallel()
-	clock := &fakeNow{t: time.Now()}
+	clock := fakeclock.New(time.Now())
 	h := newHarnessWith(t, juicesim.AllLegacy(), func(c *juicesim.Config) { c.Now, c.ActivateDelay = clock.Now, time.Second })
 	ctx := context.Background()
 	rc := h.reconciler(nil)
@@ -360,14 +338,6 @@ func TestLegacyCancelWaitsForTheAgent(t *testing.T) {
 	require.Zero(t, h.sim.Sim.AgentsKilled())
 	require.NoError(t, h.sim.Sim.Check())
 }
-
-type fakeNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (f *fakeNow) Now() time.Time      { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
-func (f *fakeNow) Add(d time.Duration) { f.mu.Lock(); f.t = f.t.Add(d); f.mu.Unlock() }
 
 // agentCounter counts the agent reads a reconciler makes: the pool walks that look for a run's sessions.
 type agentCounter struct {

@@ -64,7 +64,7 @@ type Poller struct {
 	Enqueue func(uuid.UUID)
 	Now     func() time.Time
 	// Pace paces the listings while known runs are tracked by their states; the zero value is DefaultListPace.
-	// It, DiscoverPace, TrackPace, FullListings, TrustComment, Slurm, Log and Metrics are read at the first poll.
+	// It, DiscoverPace, TrackPace, TrustComment, Slurm, Log and Metrics are read at the first poll.
 	Pace ListPace
 	// DiscoverPace paces the discovery of new jobs between listings: every job's state (AllJobStates, a small
 	// record each), and one GET for each job id not seen before. The zero value is DefaultListPace: the rule is
@@ -76,9 +76,6 @@ type Poller struct {
 	// only puts off seeing a run end or vanish without its epilog (the epilog reports its job's end at once) and a
 	// pending job cancelled.
 	TrackPace ListPace
-	// FullListings lists the queue at every poll and never tracks states: the design before issue 14, kept to
-	// compare with (test/bench/cmd/juice-bench-scale) and as a way out.
-	FullListings bool
 
 	cache *slurmCache
 	quiet int // polls in a row that found Slurm unchanged and skipped the comparison
@@ -98,7 +95,7 @@ const quietPolls = 14
 func (p *Poller) Poll(ctx context.Context) error {
 	if p.cache == nil {
 		p.cache = &slurmCache{slurm: p.Slurm, metrics: p.Metrics, log: p.Log, trustComment: p.TrustComment,
-			fullListings: p.FullListings, pace: p.Pace, discoverPace: p.DiscoverPace, trackPace: p.TrackPace}
+			pace: p.Pace, discoverPace: p.DiscoverPace, trackPace: p.TrackPace}
 	}
 	now := time.Now()
 	if p.Now != nil {

@@ -28,7 +28,6 @@ type slurmCache struct {
 	metrics      *Metrics
 	log          logr.Logger
 	trustComment bool
-	fullListings bool
 	pace         ListPace
 	discoverPace ListPace
 	trackPace    ListPace
@@ -134,14 +133,11 @@ type trackMode int
 const (
 	trackUnknown trackMode = iota // not asked yet
 	trackYes
-	trackNo // the API has no jobs/state (22.05), or FullListings
+	trackNo // the API has no jobs/state (22.05)
 )
 
 // tracking reports whether known runs are tracked by their states (asked once of the client).
 func (c *slurmCache) tracking(ctx context.Context) (bool, error) {
-	if c.fullListings {
-		return false, nil
-	}
 	if c.track == trackUnknown {
 		can, err := c.slurm.CanTrackStates(ctx)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 // Acceptance 1: 1,000 concurrent requests (some cancelled at once) never over-allocate a GPU or
@@ -283,19 +284,9 @@ func TestAcceptanceThirtyPercentErrors(t *testing.T) {
 
 func faultsInjected(t *testing.T, sim *juicesim.Sim, kind string) int {
 	t.Helper()
-	mfs, err := sim.Registry().Gather()
+	n, err := world.Sum(sim.Registry(), "juice_sim_faults_injected_total", "kind", kind)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "juice_sim_faults_injected_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == kind {
-				return int(m.GetCounter().GetValue())
-			}
-		}
-	}
-	return 0
+	return int(n)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
+	"github.com/juice-slurm/juice-slurm/test/fakeclock"
 )
 
 // TestSessionStatePaths walks every state path of a session through the client, on a fake clock:
@@ -48,7 +49,7 @@ func TestSessionStatePaths(t *testing.T) {
 			{"advance", as}, {"advance", ac}, {"cancel", cg}, {"advance", cl}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+			clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 			e := start(t, juicesim.Config{
 				Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 1, 1, 80*G)}, Now: clock.Now,
 				AssignDelay: time.Second, ActivateDelay: time.Second, CancelDelay: time.Second,

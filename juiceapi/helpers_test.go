@@ -3,7 +3,6 @@ package juiceapi_test
 import (
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,30 +11,13 @@ import (
 	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 const (
 	testToken = "m2m_TESTTOKEN_4f1c9a_do_not_leak"
 	G         = vram.GiB
 )
-
-// fakeClock is a settable clock for juicesim.Config.Now.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 type env struct {
 	srv       *juicesim.Server
@@ -57,8 +39,8 @@ func writeToken(t testing.TB, dir, token string, mode os.FileMode) string {
 	return path
 }
 
-// start runs the simulator on a real listener and a client pointed at it. Tests that need other
-// client settings pass mod; the defaults here keep the backoff short.
+// start runs the simulator on a real listener and a client pointed at it (test/world, without a database).
+// Tests that need other client settings pass mod; the defaults here keep the backoff short.
 func start(t testing.TB, cfg juicesim.Config, mod func(*juiceapi.HTTPConfig)) *env {
 	t.Helper()
 	if cfg.Token == "" {
@@ -67,50 +49,20 @@ func start(t testing.TB, cfg juicesim.Config, mod func(*juiceapi.HTTPConfig)) *e
 	if cfg.Pools == nil {
 		cfg.Pools = []juicesim.PoolConfig{juicesim.UniformPool("test", 4, 8, 80*G)}
 	}
-	srv, err := juicesim.StartServer(cfg, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	hc := juiceapi.HTTPConfig{
-		BaseURL:        srv.URL,
-		TokenFile:      writeToken(t, t.TempDir(), testToken, 0o600),
-		Timeout:        2 * time.Second,
-		MaxAttempts:    4,
-		InitialBackoff: 5 * time.Millisecond,
-		MaxBackoff:     20 * time.Millisecond,
-	}
-	if mod != nil {
-		mod(&hc)
-	}
-	c, err := juiceapi.NewHTTPClient(hc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{srv: srv, sim: srv.Sim, client: c, tokenPath: hc.TokenFile}
+	w := world.New(t, world.Config{NoDatabase: true, Sim: &cfg, Token: testToken, Client: func(hc *juiceapi.HTTPConfig) {
+		hc.Timeout, hc.MaxAttempts = 2*time.Second, 4
+		hc.InitialBackoff, hc.MaxBackoff = 5*time.Millisecond, 20*time.Millisecond
+		if mod != nil {
+			mod(hc)
+		}
+	}})
+	return &env{srv: w.Sim, sim: w.Sim.Sim, client: w.Juice, tokenPath: w.TokenFile}
 }
 
 // requests counts the simulator's answered requests on a route, any status.
 func requests(t testing.TB, sim *juicesim.Sim, route string) int {
 	t.Helper()
-	mfs, err := sim.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "juice_sim_http_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "route" && l.GetValue() == route {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return int(n)
+	return world.SimCalls(t, sim, route)
 }
 
 func nilLog() logr.Logger { return logr.Discard() }

@@ -19,20 +19,16 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
-	"github.com/juice-slurm/juice-slurm/test/testbed"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
-// migratedStore is cluster c1's store on a new database of the test bed's PostgreSQL, migrated, with its URL and
-// pool for the tests that look under the store.
+// migratedStore is cluster c1's store on a new database of the test bed's PostgreSQL (test/world), migrated by
+// the owner role, with its URL and pool for the tests that look under the store: all the runtime role's, the one
+// the admin commands connect as at a site.
 func migratedStore(t *testing.T) (string, *pgxpool.Pool, *store.Store) {
 	t.Helper()
-	url := testbed.NewDatabase(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st := store.New(pool, "c1")
-	require.NoError(t, st.Migrate(context.Background()))
-	return url, pool, st
+	w := world.New(t, world.Config{})
+	return w.DB.Runtime, w.Pool, w.Store
 }
 
 // adminWorld is a database with cluster c1's job 5 (run 0 released, run 1 waiting) and job 6 (pending).

@@ -1,9 +1,8 @@
 package vram
 
 import (
-	"bufio"
+	"github.com/juice-slurm/juice-slurm/test/vectors"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,25 +10,13 @@ import (
 
 // TestParseVRAMVectors checks the shared table row by row, so Go and the C plugin agree.
 func TestParseVRAMVectors(t *testing.T) {
-	f, err := os.Open("../../test/vectors/vram.tsv")
-	if err != nil {
-		t.Fatalf("open shared vectors: %v", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	rows := 0
-	for line := 1; sc.Scan(); line++ {
-		text := sc.Text()
-		if strings.HasPrefix(text, "#") || text == "" {
-			continue
+	for _, row := range vectors.Read(t, "vram.tsv", 30) {
+		// Inputs may hold spaces (and be empty), never tabs.
+		line := row.Line
+		if len(row.Cols) != 2 {
+			t.Fatalf("vram.tsv:%d: want input and expectation, got %q", line, row.Cols)
 		}
-		// Split on the last tab: inputs may hold spaces (and be empty), never tabs.
-		tab := strings.LastIndexByte(text, '\t')
-		if tab < 0 {
-			t.Fatalf("vram.tsv:%d: no tab in %q", line, text)
-		}
-		input, want := text[:tab], text[tab+1:]
-		rows++
+		input, want := row.Cols[0], row.Cols[1]
 		got, err := Parse(input)
 		switch {
 		case want == "error":
@@ -49,12 +36,6 @@ func TestParseVRAMVectors(t *testing.T) {
 		default:
 			t.Fatalf("vram.tsv:%d: bad expectation %q", line, want)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if rows < 30 {
-		t.Fatalf("read only %d rows from vram.tsv", rows)
 	}
 }
 
@@ -132,27 +113,18 @@ func FuzzFormatVRAM(f *testing.F) {
 // "85899345921 bytes asked for" for a user who typed 80.000000001). A size a user typed as a bare number of GiB
 // reads back as they typed it.
 func TestReadableVectors(t *testing.T) {
-	b, err := os.ReadFile("../../test/vectors/sizes.tsv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := 0
-	for i, line := range strings.Split(string(b), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
+	for _, row := range vectors.Read(t, "sizes.tsv", 10) {
+		if len(row.Cols) != 2 {
+			t.Fatalf("sizes.tsv:%d: bad row %q", row.Line, row.Cols)
 		}
-		in, want, ok := strings.Cut(line, "\t")
+		in, want := row.Cols[0], row.Cols[1]
 		n, err := strconv.ParseUint(in, 10, 64)
-		if !ok || err != nil {
-			t.Fatalf("sizes.tsv:%d: bad row %q", i+1, line)
+		if err != nil {
+			t.Fatalf("sizes.tsv:%d: bad row %q", row.Line, row.Cols)
 		}
-		rows++
 		if got := Readable(n); got != want {
-			t.Errorf("sizes.tsv:%d: Readable(%d) = %q, want %q", i+1, n, got, want)
+			t.Errorf("sizes.tsv:%d: Readable(%d) = %q, want %q", row.Line, n, got, want)
 		}
-	}
-	if rows < 10 {
-		t.Fatalf("sizes.tsv: %d rows", rows)
 	}
 	for _, typed := range []string{"80.000000001", "0.1", "1.5", "79.999999999", "0.000000001", "1234.567891234"} {
 		n, err := Parse(typed)

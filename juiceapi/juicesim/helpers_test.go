@@ -1,32 +1,17 @@
 package juicesim
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	"github.com/juice-slurm/juice-slurm/test/fakeclock"
 )
 
-// fakeClock is a settable clock for Config.Now.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+// newFakeClock is a settable clock for Config.Now.
+func newFakeClock() *fakeclock.Clock {
+	return fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 func newSim(t testing.TB, cfg Config) *Sim {

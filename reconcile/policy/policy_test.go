@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/test/vectors"
 )
 
 // dash reads policy.tsv's "-" as an empty string.
@@ -21,29 +21,11 @@ func dash(s string) string {
 	return s
 }
 
-// unescape undoes policy.tsv's escapes: \\ \t \n \r.
-func unescape(t *testing.T, s string) string {
-	t.Helper()
-	r := strings.NewReplacer(`\\`, `\`, `\t`, "\t", `\n`, "\n", `\r`, "\r")
-	return r.Replace(s)
-}
-
 // TestVectors checks every row of test/vectors/policy.tsv, which job_submit.lua's test reads too: both sides
 // parse the same files and refuse the same requests for the same reason.
 func TestVectors(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "..", "test", "vectors", "policy.tsv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	rows := 0
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		cols := strings.Split(line, "\t")
+	for _, row := range vectors.Read(t, "policy.tsv", 100) {
+		n, cols := row.Line, row.Cols
 		if len(cols) != 6 {
 			t.Fatalf("policy.tsv:%d: want 6 columns, got %d", n, len(cols))
 		}
@@ -52,8 +34,7 @@ func TestVectors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("policy.tsv:%d: held %q: %v", n, cols[4], err)
 		}
-		rows++
-		text := unescape(t, cols[0])
+		text := vectors.Unescape(t, cols[0])
 		if cols[0] == "-" {
 			text = ""
 		}
@@ -90,12 +71,6 @@ func TestVectors(t *testing.T) {
 				t.Errorf("policy.tsv:%d: String %q does not parse back: %v", n, p.String(), err)
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if rows < 100 {
-		t.Fatalf("only %d rows in policy.tsv", rows)
 	}
 }
 

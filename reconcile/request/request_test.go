@@ -1,67 +1,20 @@
 package request
 
 import (
-	"bufio"
 	"errors"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/juice-slurm/juice-slurm/internal/vram"
+	"github.com/juice-slurm/juice-slurm/test/vectors"
 )
-
-// unescape undoes requests.tsv's escapes: \\ \t \n \xNN.
-func unescape(t *testing.T, s string) string {
-	t.Helper()
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '\\' {
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+1 >= len(s) {
-			t.Fatalf("dangling backslash in %q", s)
-		}
-		switch s[i+1] {
-		case '\\':
-			b.WriteByte('\\')
-		case 't':
-			b.WriteByte('\t')
-		case 'n':
-			b.WriteByte('\n')
-		case 'x':
-			n, err := strconv.ParseUint(s[i+2:i+4], 16, 8)
-			if err != nil {
-				t.Fatalf("bad \\x escape in %q", s)
-			}
-			b.WriteByte(byte(n))
-			i += 2
-		default:
-			t.Fatalf("unknown escape in %q", s)
-		}
-		i++
-	}
-	return b.String()
-}
 
 // TestRequestVectors checks every row of the table that job_submit.lua and the C plugin are tested against too.
 func TestRequestVectors(t *testing.T) {
-	f, err := os.Open("../../test/vectors/requests.tsv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	rows := 0
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		cols := strings.Split(line, "\t")
-		in := unescape(t, cols[0])
-		rows++
+	for _, row := range vectors.Read(t, "requests.tsv", 70) {
+		n, cols := row.Line, row.Cols
+		in := vectors.Unescape(t, cols[0])
 		r, err := Parse(in)
 		switch cols[1] {
 		case "ok":
@@ -87,12 +40,6 @@ func TestRequestVectors(t *testing.T) {
 		default:
 			t.Fatalf("requests.tsv:%d: unknown result %q", n, cols[1])
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if rows < 70 {
-		t.Fatalf("only %d rows", rows)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/juice-slurm/juice-slurm/test/vectors"
 	"github.com/stretchr/testify/require"
 )
 
@@ -181,7 +182,7 @@ func FuzzOpen(f *testing.F) {
 // TestSessionVectors opens every committed vector with the Go opener; the C plugin's test opens the same ones.
 // key.hex is the current key, key.hex.previous the previous one (both must be accepted).
 func TestSessionVectors(t *testing.T) {
-	dir := "../../test/vectors/session"
+	dir := filepath.Join(vectors.Dir(), "session")
 	kf := filepath.Join(t.TempDir(), "key.hex")
 	for _, name := range []string{"key.hex", "key.hex.previous"} {
 		raw, err := os.ReadFile(filepath.Join(dir, name))

@@ -29,12 +29,23 @@ func newTestStore(t *testing.T) *Store {
 // store of cluster as each role.
 func newStores(t *testing.T, cluster string) (owner, runtime *Store) {
 	t.Helper()
-	url := testbed.NewDatabase(t)
-	owner = New(newPool(t, url), cluster)
-	require.NoError(t, owner.Migrate(context.Background()))
-	env := testbed.Require(t)
-	require.NoError(t, owner.GrantRuntime(context.Background(), env.RuntimeRole()))
-	return owner, New(newPool(t, testbed.RuntimeURL(t, url)), cluster)
+	db := testbed.NewMigrated(t, migrate)
+	return New(newPool(t, db.Owner), cluster), New(newPool(t, db.Runtime), cluster)
+}
+
+// migrate is test/world's Migrate, which these tests cannot import (it imports this package): Migrate as the
+// owner role, then GrantRuntime, as juice-slurm migrate --runtime-role does.
+func migrate(ctx context.Context, ownerURL, runtimeRole string) error {
+	pool, err := pgxpool.New(ctx, ownerURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	s := New(pool, "")
+	if err := s.Migrate(ctx); err != nil {
+		return err
+	}
+	return s.GrantRuntime(ctx, runtimeRole)
 }
 
 func newPool(t *testing.T, url string) *pgxpool.Pool {

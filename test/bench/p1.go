@@ -17,6 +17,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 // P1Result is the prolog hook's wall time with the session already ready.
@@ -71,10 +72,7 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 	if out, err := build.CombinedOutput(); err != nil {
 		return res, fmt.Errorf("go build of an empty program: %v\n%s", err, out)
 	}
-	secretFile, err := w.SecretFile()
-	if err != nil {
-		return res, err
-	}
+	secretFile := w.SecretFile
 	stateDir := filepath.Join(w.Dir, "sessions")
 	if err := os.Mkdir(stateDir, 0o700); err != nil {
 		return res, err
@@ -82,7 +80,7 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 	res.StateDirFS = fsType(stateDir)
 
 	const first = 1000
-	watch, err := WatchState(ctx, w.DBURL, string(reconcile.StateReady))
+	watch, err := WatchState(ctx, w.DB.Runtime, string(reconcile.StateReady))
 	if err != nil {
 		return res, err
 	}
@@ -174,7 +172,7 @@ export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_LOG JUICE_HOOK_SECRET JUICE_STATE
 	call := func(hc *http.Client, job int) (time.Duration, error) {
 		body, _ := json.Marshal(hookapi.PrologRequest{Cluster: Cluster, JobID: uint32(job), WaitSeconds: 10})
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, rc.URL+"/v1/prolog", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+string(w.Secret))
+		req.Header.Set("Authorization", "Bearer "+string(world.Secret))
 		req.Header.Set("Content-Type", "application/json")
 		start := time.Now()
 		resp, err := hc.Do(req)

@@ -50,7 +50,7 @@ func P3(ctx context.Context, cfg P3Config) (P3Result, error) {
 	defer w.Close()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	watch, err := WatchState(wctx, w.DBURL, string(reconcile.StateReady))
+	watch, err := WatchState(wctx, w.DB.Runtime, string(reconcile.StateReady))
 	if err != nil {
 		return res, err
 	}

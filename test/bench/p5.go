@@ -66,8 +66,8 @@ func P5(ctx context.Context, n int, exe string, logf func(string, ...any)) (P5Re
 		return res, err
 	}
 	defer w.Close()
-	cmd := exec.CommandContext(ctx, exe, "-p5-child", "-p5-n", strconv.Itoa(n), "-p5-db", w.DBURL,
-		"-p5-sim", w.Sim.URL, "-p5-token", w.TokenFile)
+	cmd := exec.CommandContext(ctx, exe, "-p5-child", "-p5-n", strconv.Itoa(n), "-p5-db", w.DB.Runtime,
+		"-p5-sim", w.Sim.URL)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -128,7 +128,6 @@ func P5Child(args []string) error {
 	n := fs.Int("p5-n", 10000, "")
 	db := fs.String("p5-db", "", "")
 	sim := fs.String("p5-sim", "", "")
-	token := fs.String("p5-token", "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -138,10 +137,6 @@ func P5Child(args []string) error {
 		return err
 	}
 	defer w.Close()
-	// The parent's token file, so both sides agree.
-	if w.Juice, err = newJuice(*sim, *token); err != nil {
-		return err
-	}
 	w.Slurm.SetRunning(1, *n, Request)
 	var res P5Result
 	res.N = *n

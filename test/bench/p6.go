@@ -23,6 +23,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 // P6Result is the ready → prolog wake-up latency, with NOTIFY and with the fallback re-read only.
@@ -87,7 +88,7 @@ func P6(ctx context.Context, trials, fallbackTrials int) (P6Result, error) {
 	}
 	defer w.Close()
 	// The committing writer has a connection of its own, as the leader (another replica, perhaps) has.
-	writer, err := pgx.Connect(ctx, w.DBURL)
+	writer, err := pgx.Connect(ctx, w.DB.Runtime)
 	if err != nil {
 		return res, err
 	}
@@ -101,7 +102,7 @@ func P6(ctx context.Context, trials, fallbackTrials int) (P6Result, error) {
 	}{{true, trials, 1, &res.Notify, &res.NotifyReads}, {false, fallbackTrials, 25, &res.Fallback, &res.FallbackReads}} {
 		armed := &armedStore{Store: w.Store, armed: map[uuid.UUID]chan struct{}{}, reads: map[uuid.UUID]int{}, onGet: mode.hub}
 		hctx, stopHub := context.WithCancel(ctx)
-		api := &hookserver.Server{Store: armed, Secret: w.secret, Log: logr.Discard(), Recheck: res.Recheck}
+		api := &hookserver.Server{Store: armed, Secret: w.Secret, Log: logr.Discard(), Recheck: res.Recheck}
 		var hubDone chan struct{}
 		if mode.hub {
 			// As controller.Run wires it: one LISTEN connection per replica.
@@ -149,7 +150,7 @@ func P6(ctx context.Context, trials, fallbackTrials int) (P6Result, error) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					d, err := p6Trial(ctx, url, w.Secret, job, r.ID, sealed, ready, mode.hub, writer, &mu)
+					d, err := p6Trial(ctx, url, world.Secret, job, r.ID, sealed, ready, mode.hub, writer, &mu)
 					mu.Lock()
 					defer mu.Unlock()
 					if err != nil && firstErr == nil {

@@ -14,30 +14,24 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
-	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/internal/vram"
-	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
-	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 // Cluster is the cluster name every benchmark's runs carry.
@@ -46,23 +40,10 @@ const Cluster = "bench"
 // Request is the canonical request of every benchmark job (what SPANK_JUICE_REQUEST carries).
 const Request = "juice:v1:pool=test,gpus=1"
 
-const juiceToken = "m2m_juice_bench_token_0123456789"
-
-// World is one benchmark's environment: its own database, store and (optionally) simulator.
+// World is one benchmark's environment (test/world): its own database, used as the runtime role as the
+// controller uses it, its store and (optionally) simulator.
 type World struct {
-	DBURL     string
-	Pool      *pgxpool.Pool
-	Store     *store.Store
-	Sim       *juicesim.Server // nil when the simulator runs elsewhere (P5's child)
-	Juice     *juiceapi.HTTPClient
-	TokenFile string
-	Slurm     *fakeslurm.Slurm
-	Key       []byte
-	Secret    []byte
-	secret    *secretfile.File
-	Dir       string // a temporary directory the world removes on Close
-
-	closers []func()
+	*world.World
 }
 
 // WorldConfig says what a world needs.
@@ -77,96 +58,22 @@ type WorldConfig struct {
 	PoolMaxConns int
 }
 
-// NewWorld builds a world; Close drops its database and stops its simulator.
+// NewWorld builds a world; Close drops its database and stops its simulator. The pool is the one the production
+// controller builds (cmd/juice-slurm), whose default size (max(4, NumCPU) = 4 connections here) is part of what
+// is measured, and the Juice client is the production one with its defaults.
 func NewWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
-	w := &World{Slurm: fakeslurm.New(), Key: []byte("0123456789abcdef0123456789abcdef"),
-		Secret: []byte("hook-secret-for-the-benchmarks-0123")}
-	var err error
-	if w.Dir, err = os.MkdirTemp("", "juice-bench-"); err != nil {
-		return nil, err
-	}
-	w.closers = append(w.closers, func() { os.RemoveAll(w.Dir) })
-	w.DBURL = cfg.DBURL
-	if w.DBURL == "" {
-		env, err := testbed.Load(testbed.EnvFile())
-		if err != nil {
-			w.Close()
-			return nil, fmt.Errorf("the test bed is not up (bash test/testbed.sh up): %w", err)
-		}
-		url, drop, err := testbed.CreateDatabase(ctx, env)
-		if err != nil {
-			w.Close()
-			return nil, err
-		}
-		w.DBURL = url
-		w.closers = append(w.closers, func() { _ = drop() })
-	}
-	// pgxpool.New with the URL as is: the same pool the production controller builds (cmd/juice-slurm), whose
-	// default size (max(4, NumCPU) = 4 connections here) is part of what is measured.
-	poolURL := w.DBURL
-	if cfg.PoolMaxConns > 0 {
-		sep := "?"
-		if strings.Contains(poolURL, "?") {
-			sep = "&"
-		}
-		poolURL += fmt.Sprintf("%spool_max_conns=%d", sep, cfg.PoolMaxConns)
-	}
-	if w.Pool, err = pgxpool.New(ctx, poolURL); err != nil {
-		w.Close()
-		return nil, err
-	}
-	w.closers = append(w.closers, w.Pool.Close)
-	w.Store = store.New(w.Pool, Cluster)
-	if err := w.Store.Migrate(ctx); err != nil {
-		w.Close()
-		return nil, err
-	}
-	secretPath, err := w.SecretFile()
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
-	w.secret = secretfile.New(secretPath, nil)
-	w.TokenFile = filepath.Join(w.Dir, "juice.token")
-	if err := os.WriteFile(w.TokenFile, []byte(juiceToken+"\n"), 0o600); err != nil {
-		w.Close()
-		return nil, err
-	}
-	simURL := cfg.SimURL
+	wc := world.Config{Cluster: Cluster, DBURL: cfg.DBURL, SimURL: cfg.SimURL, PoolMaxConns: cfg.PoolMaxConns}
 	if cfg.GPUs > 0 {
 		agents := (cfg.GPUs + 7) / 8
 		// Zero timing: the simulator assigns and activates a session within the POST that creates it, so what is
 		// measured is juice-slurm, not the simulated controller's tick.
-		w.Sim, err = juicesim.StartServer(juicesim.Config{Token: juiceToken,
-			Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", agents, 8, 80*vram.GiB)}}, logr.Discard())
-		if err != nil {
-			w.Close()
-			return nil, err
-		}
-		w.closers = append(w.closers, func() { w.Sim.Close() })
-		simURL = w.Sim.URL
+		wc.Sim = &juicesim.Config{Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", agents, 8, 80*vram.GiB)}}
 	}
-	if simURL != "" {
-		if w.Juice, err = newJuice(simURL, w.TokenFile); err != nil {
-			w.Close()
-			return nil, err
-		}
+	w, err := world.Build(ctx, wc)
+	if err != nil {
+		return nil, err
 	}
-	return w, nil
-}
-
-// Close undoes NewWorld, last thing first.
-func (w *World) Close() {
-	for i := len(w.closers) - 1; i >= 0; i-- {
-		w.closers[i]()
-	}
-	w.closers = nil
-}
-
-// SecretFile writes the hook secret to a 0600 file (the hook refuses a looser one) and returns its path.
-func (w *World) SecretFile() (string, error) {
-	p := filepath.Join(w.Dir, "hook.secret")
-	return p, os.WriteFile(p, append(append([]byte{}, w.Secret...), '\n'), 0o600)
+	return &World{World: w}, nil
 }
 
 // Running is a controller started by StartController.
@@ -218,7 +125,7 @@ func (w *World) StartController(cfg controller.Config) (*Running, error) {
 		return nil, err
 	}
 	c := &controller.Controller{Config: cfg, Store: w.Store, Slurm: w.Slurm, Juice: w.Juice, Key: session.StaticKey(w.Key),
-		Secret: w.secret, Log: benchLog(), Metrics: m, Listener: ln}
+		Secret: w.Secret, Log: benchLog(), Metrics: m, Listener: ln}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -233,44 +140,13 @@ func (w *World) StartController(cfg controller.Config) (*Running, error) {
 }
 
 // Counter sums the samples of a counter or the sample counts of a histogram in a registry, over the series
-// whose labels include every pair in match.
+// whose labels include every pair in match; -1 when the registry cannot be read.
 func Counter(m *controller.Metrics, name string, match ...string) float64 {
-	mfs, err := m.Registry.Gather()
+	n, err := world.Sum(m.Registry, name, match...)
 	if err != nil {
 		return -1
 	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, s := range mf.Metric {
-			for i := 0; i+1 < len(match); i += 2 {
-				if !hasLabel(s, match[i], match[i+1]) {
-					continue next
-				}
-			}
-			switch {
-			case s.Counter != nil:
-				sum += s.Counter.GetValue()
-			case s.Histogram != nil:
-				sum += float64(s.Histogram.GetSampleCount())
-			case s.Gauge != nil:
-				sum += s.Gauge.GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-func hasLabel(m *dto.Metric, k, v string) bool {
-	for _, l := range m.Label {
-		if l.GetName() == k && l.GetValue() == v {
-			return true
-		}
-	}
-	return false
+	return n
 }
 
 // EnsureRuns registers n pending, wanted reservations for jobs first..first+n-1 (run 0), the way the poller or a
@@ -403,11 +279,6 @@ func Summarise(ds []time.Duration) Stats {
 
 // Ms formats a duration in milliseconds with two decimals.
 func Ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
-
-// newJuice is the production client with its defaults (as cmd/juice-slurm builds it), pointed at a simulator.
-func newJuice(url, tokenFile string) (*juiceapi.HTTPClient, error) {
-	return juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: url, TokenFile: tokenFile})
-}
 
 // benchLog is the controllers' log: none, or with JUICE_BENCH_LOG=1 its errors and transitions on stderr (to find
 // why a benchmark stalls).

@@ -39,9 +39,11 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
-const simToken = "m2m_chaos_token_not_secret"
+// simAdmin reads the simulator's sessions.
+var simAdmin world.SimAdmin
 
 // simAddr and hookAddr are the test bed's (testbed.Env.SimAddr, HookAddr).
 var simAddr, hookAddr string
@@ -65,6 +67,7 @@ func legacyEnvFile() string {
 type chaos struct {
 	env        testbed.Env
 	repo, dir  string
+	tokenFile  string // the simulator's token
 	dbURL      string
 	controller *exec.Cmd
 	slurm      *slurmrest.Client
@@ -131,31 +134,21 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		juiceAt = "the legacy controller " + legacy.Get("JUICE_LEGACY_URL")
 	}
 	logf("Slurm %s, slurmrestd %s, %s, hook API %s", env.Release(), env.SlurmrestdURL(), juiceAt, hookAddr)
-	if c.dir, err = os.MkdirTemp("", "juice-chaos-"); err != nil {
-		return err
-	}
-	defer os.RemoveAll(c.dir)
+	// The controller runs as the runtime role on a database the owner role migrated with juice-slurm migrate (on
+	// the PostgreSQL pair, with -pg-failover, as the pair's only role).
+	cfg := world.Config{Cluster: env.Cluster(), Migrator: testbed.Binary(repo)}
 	if pgFailover {
-		if c.dbURL, err = pairDatabase(ctx, repo); err != nil {
-			return err
-		}
-	} else {
-		url, drop, err := testbed.CreateDatabase(ctx, env)
-		if err != nil {
-			return err
-		}
-		defer drop()
-		// Migrated as the owner role by juice-slurm migrate; the controller runs as the runtime role.
-		if c.dbURL, err = testbed.MigrateWithBinary(ctx, env, repo, url); err != nil {
+		if cfg.DBURL, err = pairDatabase(ctx, repo); err != nil {
 			return err
 		}
 	}
-	pool, err := pgxpool.New(ctx, c.dbURL)
+	w, err := world.Build(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	c.store = store.New(pool, env.Cluster())
+	defer w.Close()
+	c.dir, c.dbURL, c.store, c.tokenFile = w.Dir, w.DB.Runtime, w.Store, w.TokenFile
+	simAdmin = world.SimAdmin{URL: "http://" + simAddr, Token: world.Token}
 	if c.slurm, err = slurmrest.New(slurmrest.Config{BaseURL: env.SlurmrestdURL(), UserName: env.SlurmUser(),
 		TokenSource: slurmrest.FileToken(env.TokenFile())}); err != nil {
 		return err
@@ -214,16 +207,12 @@ func (c *chaos) startJuice() ([]string, error) {
 			"--juice-pools", legacy.Get("JUICE_LEGACY_POOLS"), "--lookahead-per-pool", "2"}, nil
 	}
 	// The simulator, with its faults from the start.
-	tokenFile := filepath.Join(c.dir, "juice.token")
-	if err := os.WriteFile(tokenFile, []byte(simToken+"\n"), 0o600); err != nil {
-		return nil, err
-	}
 	simCfg := filepath.Join(c.dir, "sim.json")
 	if err := os.WriteFile(simCfg, []byte(`{"tick": "100ms", "activateDelay": "100ms", "cancelDelay": "100ms",
 		"pools": [{"id": "test", "agents": [{"count": 4, "gpus": 8, "vram": "80GiB"}]}]}`), 0o644); err != nil {
 		return nil, err
 	}
-	sim := exec.Command(filepath.Join(c.repo, "bin/juice-sim"), "--listen", simAddr, "--token-file", tokenFile,
+	sim := exec.Command(filepath.Join(c.repo, "bin/juice-sim"), "--listen", simAddr, "--token-file", c.tokenFile,
 		"--config", simCfg, "--fault-error-rate", fmt.Sprint(c.errRate), "--fault-latency", c.latency.String(), "--log-format", "json")
 	if err := testbed.StartLogged(sim, filepath.Join(c.dir, "sim.log")); err != nil {
 		return nil, err
@@ -232,7 +221,7 @@ func (c *chaos) startJuice() ([]string, error) {
 	if err := testbed.WaitHTTP("http://"+simAddr+"/healthz", 20*time.Second); err != nil {
 		return nil, err
 	}
-	return []string{"--juice-url", "http://" + simAddr, "--juice-token-file", tokenFile}, nil
+	return []string{"--juice-url", "http://" + simAddr, "--juice-token-file", c.tokenFile}, nil
 }
 
 func (c *chaos) stopJuice() {
@@ -540,15 +529,7 @@ func sbatch(ctx context.Context, env testbed.Env, args []string) (uint32, error)
 }
 
 func simSessions() ([]juiceapi.Session, error) {
-	req, _ := http.NewRequest(http.MethodGet, "http://"+simAddr+"/admin/sessions", nil)
-	req.Header.Set("Authorization", "Bearer "+simToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var out []juiceapi.Session
-	return out, json.NewDecoder(resp.Body).Decode(&out)
+	return simAdmin.Sessions(context.Background())
 }
 
 func juiceSide(errRate float64, latency time.Duration) string {

@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,14 +19,7 @@ import (
 // setSimAgent sets an agent's state through juice-sim's admin API ("closed" ends its sessions, as a dead agent's).
 func setSimAgent(t *testing.T, agent, state string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPut, "http://"+simAddr+"/admin/agents/"+agent, strings.NewReader(`{"state":"`+state+`"}`))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+simToken)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	require.Equal(t, http.StatusOK, resp.StatusCode, "set agent %s %s: %s", agent, state, b)
+	require.NoError(t, world.simAdmin.SetAgent(context.Background(), agent, state))
 }
 
 // killAgentOf closes the juice-sim agent that holds a ready run's session, and brings it back when the test ends.

@@ -13,7 +13,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -29,9 +28,8 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
+	testworld "github.com/juice-slurm/juice-slurm/test/world"
 )
-
-const simToken = "m2m_e2e_token_not_secret"
 
 // simAddr and hookAddr are the test bed's own (testbed.Env.SimAddr, HookAddr): every release's test bed has its
 // ports, so the suite can run against each of them side by side.
@@ -43,6 +41,7 @@ var world struct {
 	dir        string
 	dbURL      string
 	simToken   string
+	simAdmin   testworld.SimAdmin
 	controller *exec.Cmd
 	ctlLog     string
 	slurm      *slurmrest.Client
@@ -83,15 +82,14 @@ func runAll(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	world.dir = dir
 	ctx := context.Background()
-	url, drop, err := testbed.CreateDatabase(ctx, env)
+	// Migrated as the owner role by juice-slurm migrate; the controller and the checks run as the runtime role.
+	tw, err := testworld.Build(ctx, testworld.Config{Migrator: testbed.Binary(world.repo), NoStore: true})
 	if err != nil {
 		return fail("%v", err)
 	}
-	defer drop()
-	// Migrated as the owner role by juice-slurm migrate; the controller and the checks run as the runtime role.
-	if world.dbURL, err = testbed.MigrateWithBinary(ctx, env, world.repo, url); err != nil {
-		return fail("%v", err)
-	}
+	defer tw.Close()
+	world.dbURL = tw.DB.Runtime
+	world.simAdmin = testworld.SimAdmin{URL: "http://" + simAddr, Token: testworld.Token}
 
 	// The demo may have left its own simulator and controller on these ports: they are the test bed's, stop
 	// them by their pid files.
@@ -107,9 +105,8 @@ func runAll(m *testing.M) int {
 			return fail("%v", err)
 		}
 	}
-	world.simToken = filepath.Join(dir, "juice.token")
+	world.simToken = tw.TokenFile
 	world.juiceURL, world.juiceToken = "http://"+simAddr, world.simToken
-	must(os.WriteFile(world.simToken, []byte(simToken+"\n"), 0o600))
 	simCfg := filepath.Join(dir, "sim.json")
 	// Pool "test" is roomy; pool "small" has one GPU, to fill it on purpose; pool "lab" has limits of its own in
 	// the test bed's site policy (test/testbed/juice-policy.extra).
@@ -221,18 +218,7 @@ func listSimSessions() ([]juiceapi.Session, error) {
 	if world.legacy != nil {
 		return legacySessions()
 	}
-	req, _ := http.NewRequest(http.MethodGet, "http://"+simAddr+"/admin/sessions", nil)
-	req.Header.Set("Authorization", "Bearer "+simToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var out []juiceapi.Session
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return world.simAdmin.Sessions(context.Background())
 }
 
 // checkNoLeaks waits (bounded) for every reservation to be final, then checks that the simulator holds no live

@@ -21,20 +21,18 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/controller"
-	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
-	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 func pairEnv(t *testing.T) map[string]string {
@@ -77,35 +75,23 @@ func TestPromoteTheStandbyMidRun(t *testing.T) {
 	admin.Close(ctx)
 	url := strings.Replace(pairURL, "/postgres?", "/"+db+"?", 1)
 
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	defer pool.Close()
-	st := store.New(pool, "c1")
-	require.NoError(t, st.Migrate(ctx))
-
-	sim, err := juicesim.StartServer(juicesim.Config{Token: "m2m_failover",
-		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 4, 8, 80*vram.GiB)}}, testr.New(t).V(1))
-	require.NoError(t, err)
-	defer sim.Close()
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
-	require.NoError(t, os.WriteFile(tokenFile, []byte("m2m_failover\n"), 0o600))
-	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: sim.URL, TokenFile: tokenFile, MaxAttempts: 3,
-		InitialBackoff: 10 * time.Millisecond, Timeout: 5 * time.Second})
-	require.NoError(t, err)
-	secretFile := filepath.Join(dir, "hook.secret")
-	require.NoError(t, os.WriteFile(secretFile, []byte("a-hook-secret-for-failover\n"), 0o600))
+	// Migrated as the pair's only role (it has no runtime role); the rest of the world as every suite has it.
+	require.NoError(t, world.Migrate(ctx, url, ""))
+	w := world.New(t, world.Config{DBURL: url, SimLog: testr.New(t).V(1),
+		Sim: &juicesim.Config{Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 4, 8, 80*vram.GiB)}},
+		Client: func(hc *juiceapi.HTTPConfig) {
+			hc.MaxAttempts, hc.InitialBackoff, hc.Timeout = 3, 10*time.Millisecond, 5*time.Second
+		}})
+	st, slurm := w.Store, w.Slurm
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	mln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	slurm := fakeslurm.New()
 	c := &controller.Controller{
 		Config: controller.Config{Cluster: "c1", Holder: "a", PollInterval: 100 * time.Millisecond,
 			WaitPoll: 20 * time.Millisecond, LeaseTTL: 2 * time.Second, LeaseRenew: 300 * time.Millisecond,
 			Lookahead: reconcile.DefaultLookahead},
-		Store: st, Slurm: slurm, Juice: juice, Key: session.StaticKey([]byte("0123456789abcdef0123456789abcdef")),
-		Secret: secretfile.New(secretFile, secretfile.MinLength(16)), Log: testr.New(t).V(1), Listener: ln,
+		Store: st, Slurm: slurm, Juice: w.Juice, Key: session.StaticKey(w.Key), Secret: w.Secret, Log: testr.New(t).V(1), Listener: ln,
 		MetricsListener: mln, Metrics: controller.NewMetrics(st)}
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -202,7 +188,7 @@ func TestPromoteTheStandbyMidRun(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	live, perKey := 0, map[string]int{}
-	for _, s := range sim.Sim.Sessions() {
+	for _, s := range w.Sim.Sim.Sessions() {
 		if !s.Ended() {
 			live++
 		}
@@ -222,7 +208,7 @@ func TestPromoteTheStandbyMidRun(t *testing.T) {
 		}
 		require.Equal(t, reconcile.StateReleased, rs[0].Status.State, "job %d", job)
 	}
-	sessions := len(sim.Sim.Sessions())
+	sessions := len(w.Sim.Sim.Sessions())
 	mu.Lock()
 	// Recovery: from the moment the primary began to go to the first job submitted after it being ready.
 	var firstAfter uint32

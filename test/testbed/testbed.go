@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -371,22 +372,76 @@ func CreateDatabase(ctx context.Context, env Env) (string, func() error, error) 
 	return u.String(), drop, nil
 }
 
-// MigrateWithBinary runs `juice-slurm migrate` of the repository's build (bin/juice-slurm) as the owner role on
-// the database at ownerURL, granting the runtime role, and returns the database's URL for the runtime role: what
-// an installation does before it starts the controller.
-func MigrateWithBinary(ctx context.Context, env Env, repo, ownerURL string) (string, error) {
-	runtime, err := env.AsRuntime(ownerURL)
-	if err != nil {
-		return "", err
+// Migrator migrates the database at ownerURL as its owner role and grants runtimeRole what the controller needs
+// at run time (rows, no DDL): what an installation does before it starts the controller. test/world's Migrate does
+// it in-process, Binary with `juice-slurm migrate`.
+type Migrator func(ctx context.Context, ownerURL, runtimeRole string) error
+
+// Binary is the Migrator of the suites that test the built binaries: `juice-slurm migrate` of the repository's
+// build (bin/juice-slurm).
+func Binary(repo string) Migrator {
+	return func(ctx context.Context, ownerURL, runtimeRole string) error {
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, filepath.Join(repo, "bin", "juice-slurm"), "migrate", "--database-url", ownerURL,
+			"--runtime-role", runtimeRole).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("juice-slurm migrate: %v: %s", err, out)
+		}
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(repo, "bin", "juice-slurm"), "migrate", "--database-url", ownerURL,
-		"--runtime-role", env.RuntimeRole()).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("juice-slurm migrate: %v: %s", err, out)
+}
+
+// Database is a migrated database of the test bed, as an installation has it: Owner is its URL for the owner
+// role, which migrated it (tests that look under the schema use it); Runtime is its URL for the runtime role,
+// the one the controller and the admin commands connect as.
+type Database struct {
+	Owner, Runtime string
+}
+
+// ErrUnavailable wraps the errors that say the test bed, or a part of it, is not up: a test skips on them (fails
+// in CI), where any other error fails it.
+var ErrUnavailable = errors.New("the test bed is not up")
+
+// CreateMigrated creates a database (CreateDatabase), migrates it with m as the owner role granting the runtime
+// role, and returns its URLs and a function that drops it.
+func CreateMigrated(ctx context.Context, env Env, m Migrator) (Database, func() error, error) {
+	if env.PostgresURL() == "" {
+		return Database{}, nil, fmt.Errorf("%w: JUICE_TESTBED_PG_URL is not in %s", ErrUnavailable, EnvFile())
 	}
-	return runtime, nil
+	owner, drop, err := CreateDatabase(ctx, env)
+	if err != nil {
+		return Database{}, nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	runtime, err := env.AsRuntime(owner)
+	if err != nil {
+		_ = drop()
+		return Database{}, nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if err := m(ctx, owner, env.RuntimeRole()); err != nil {
+		_ = drop()
+		return Database{}, nil, fmt.Errorf("migrate %s: %w", redact(owner), err)
+	}
+	return Database{Owner: owner, Runtime: runtime}, drop, nil
+}
+
+// NewMigrated is CreateMigrated for a test: the database is dropped when the test ends, and the test skips (fails
+// in CI) when the test bed is not up.
+func NewMigrated(t testing.TB, m Migrator) Database {
+	t.Helper()
+	db, drop, err := CreateMigrated(context.Background(), Require(t), m)
+	if errors.Is(err, ErrUnavailable) {
+		Unavailable(t, "%v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Logf("%v", err)
+		}
+	})
+	return db
 }
 
 // Repo is the repository the running test or tool was built from: the nearest directory above the working

@@ -3,7 +3,8 @@
 //
 //   - baseline: the queue and its churn (one job changed every second, a new Juice job every few seconds), no
 //     controller;
-//   - full listings: a controller.Poller as before issue 14 (FullListings: one conditional listing per poll);
+//   - full listings: a controller.Poller as before issue 14 (as on an API without jobs/state: one conditional
+//     listing per poll);
 //   - tracking: the Poller as it is (known runs by their states between listings paced by ListPace);
 //   - baseline again, to show the machine did not drift.
 //
@@ -40,13 +41,13 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 const (
@@ -170,7 +171,7 @@ func run(ctx context.Context, cfg config, env testbed.Env) error {
 		"changes every second) and a new Juice job is submitted every %s. A phase's controller is a real `controller.Poller` "+
 		"polling every %s (the controller's default) over a database of its own, without a reconciler (reservations stay "+
 		"pending); its look-ahead window (8 days) reserves every Juice job, so each new one measures freshness. *full listings* is "+
-		"the design before issue 14 (`FullListings`: one conditional `GET jobs?update_time` per poll); *tracking* is the poller "+
+		"the design before issue 14 (the poller as on an API without jobs/state: one conditional `GET jobs?update_time` per poll); *tracking* is the poller "+
 		"now: the open reservations' jobs by `GET jobs/state/?job_id=...` and new jobs by a discovery (`GET jobs/state/`, every "+
 		"job's state, then one GET per new job id), between listings; listings and discoveries are each paced by `ListPace` "+
 		"(default: no sooner than 10 × the last one's wall time, no later than %s after it). CPU is utime+stime of the daemon's process over "+
@@ -421,6 +422,12 @@ func (c *counting) AllJobStates(ctx context.Context) ([]slurmrest.JobStatus, err
 	return s, err
 }
 
+// untracked is the poller's Slurm in the design before issue 14 (full listings): an API without jobs/state, as
+// Slurm 22.05's, so the poller lists the queue at every poll and never tracks states.
+type untracked struct{ *counting }
+
+func (untracked) CanTrackStates(context.Context) (bool, error) { return false, nil }
+
 func (c *counting) JobStates(ctx context.Context, ids []uint32) ([]slurmrest.JobStatus, error) {
 	c.states.Add((int64(len(ids)) + slurmrest.StatesBatch - 1) / slurmrest.StatesBatch)
 	return c.Slurm.JobStates(ctx, ids)
@@ -473,22 +480,19 @@ func (b *bench) runPhase(ctx context.Context, ph *phase) error {
 		return b.restartRestd(context.Background(), nil) // the next phase, or the clean-up, needs one
 	}
 	if ph.design != "" {
-		url, drop, err := testbed.CreateDatabase(ctx, b.env)
+		// A database of the phase's own, used as the runtime role as the controller uses it.
+		w, err := world.Build(ctx, world.Config{Cluster: b.env.Cluster()})
 		if err != nil {
 			return err
 		}
-		defer drop()
-		pool, err := pgxpool.New(ctx, url)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		st = store.New(pool, b.env.Cluster())
-		if err := st.Migrate(ctx); err != nil {
-			return err
-		}
+		defer w.Close()
+		st = w.Store
 		cs = &counting{Slurm: b.c}
-		p = &controller.Poller{Slurm: cs, Store: st, Cluster: b.env.Cluster(), FullListings: ph.design == "full",
+		var slurm controller.Slurm = cs
+		if ph.design == "full" {
+			slurm = untracked{cs}
+		}
+		p = &controller.Poller{Slurm: slurm, Store: st, Cluster: b.env.Cluster(),
 			Lookahead: reconcile.Lookahead{PerPool: 4, PerUser: 2, PerAccount: 3, Window: 8 * 24 * time.Hour},
 			Log:       logr.Discard(),
 			Enqueue: func(id uuid.UUID) {

@@ -23,13 +23,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/reconcile"
-	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
+	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 func main() {
@@ -271,16 +270,13 @@ func p4(ctx context.Context, env testbed.Env, c *slurmrest.Client, held int, md 
 	}
 	submitTook := time.Since(start)
 
-	url, drop, err := testbed.CreateDatabase(ctx, env)
+	// A database of its own, used as the runtime role as the controller uses it.
+	w, err := world.Build(ctx, world.Config{Cluster: env.Cluster()})
 	if err != nil {
 		return err
 	}
-	defer drop()
-	st, closeStore, err := openStore(ctx, url, env.Cluster())
-	if err != nil {
-		return err
-	}
-	defer closeStore()
+	defer w.Close()
+	st := w.Store
 	cs := &countingSlurm{Slurm: c}
 	p := &controller.Poller{Slurm: cs, Store: st, Cluster: env.Cluster(), Lookahead: reconcile.DefaultLookahead,
 		Log: logr.Discard(), Enqueue: func(uuid.UUID) {}}
@@ -334,17 +330,4 @@ func p4(ctx context.Context, env testbed.Env, c *slurmrest.Client, held int, md 
 		"not with the number of changed jobs. The poller then compares only Juice jobs (none here) with the open "+
 		"reservations.\n\n", verdict(maxReq <= 2), maxReq)
 	return nil
-}
-
-func openStore(ctx context.Context, url, cluster string) (*store.Store, func(), error) {
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return nil, nil, err
-	}
-	s := store.New(pool, cluster)
-	if err := s.Migrate(ctx); err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return s, pool.Close, nil
 }
