@@ -98,10 +98,19 @@ for _ in $(seq 1 60); do [ "$(reservation_state "$hold")" = ready ] && break; sl
 slice=$(sbatch --parsable --job-name=slice --juice-pool=demo --juice-vram=1.5 -o "$JOBDIR/slice.out" --wrap 'env | grep ^JUICE_')
 echo "    job $hold has its session; submitted job $slice (--juice-vram=1.5)"
 
-say "3. A job that cannot fit now (2 GPUs while 3 of 4 are taken): its prolog gives up, Slurm requeues it,"
-echo "   and it is served once the 3-GPU job ends"
-nofit=$(sbatch --parsable --job-name=nofit --juice-pool=demo --juice-gpu-count=2 -o "$JOBDIR/nofit.out" --wrap 'env | grep ^JUICE_')
-echo "    submitted job $nofit"
+say "3. An srun that cannot fit now (2 GPUs while all 4 are taken): Slurm keeps it PENDING for the pool's license"
+echo "   juice_demo@juice (squeue's reason: Licenses), holding no node, and runs it once the 3-GPU job ends"
+echo "\$ srun --juice-pool=demo --juice-gpu-count=2 env | grep ^JUICE_   (in the background)"
+srun --job-name=nofit --juice-pool=demo --juice-gpu-count=2 env 2>&1 | grep ^JUICE_ >"$DEMO/nofit.out" &
+nofit_srun=$!
+nofit="" why=""
+for _ in $(seq 1 120); do
+	read -r nofit why < <(squeue -h -n nofit -o '%i %T(%r)' 2>/dev/null) || true
+	[ "$why" = "PENDING(Licenses)" ] && break
+	sleep 0.5
+done
+[ "$why" = "PENDING(Licenses)" ] || { echo "demo: the srun that cannot fit is not PENDING (Licenses) but '${why:-gone}'" >&2; exit 1; }
+echo "    job $nofit: $(squeue -h -j "$nofit" -o '%T (%r)'); $("${EXEC[@]}" scontrol show lic juice_demo@juice | grep -o 'Total=[0-9]* Used=[0-9]* Free=[0-9]*')"
 
 say "4. A job that may start in a minute (sbatch --begin=now+60) is reserved while pending, so that its session is"
 echo "   ready when it starts; cancelled before then, its session is released"
@@ -122,12 +131,14 @@ while :; do
 	sleep 5
 done
 
-say "What each batch job saw in its environment"
+wait "$nofit_srun" || { echo "demo: the srun that waited for its license failed" >&2; exit 1; }
+
+say "What each job saw in its environment"
 for f in hold3 slice nofit; do
 	echo "--- $f ($DEMO/$f.out)"
 	sed 's/^/    /' "$DEMO/$f.out" 2>/dev/null || echo "    (no output)"
 done
-say "The history of job $nofit (requeued until capacity freed)"
+say "The history of job $nofit (it waited in Slurm's queue for its license: one run, never requeued)"
 js describe job "$nofit" | sed 's/^/    /'
 say "The history of job $cancelme (cancelled while pending)"
 js describe job "$cancelme" | sed 's/^/    /'

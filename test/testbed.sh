@@ -678,7 +678,7 @@ EOF
 			--slurmrestd-url "http://127.0.0.1:$REST_PORT" --slurm-user $SLURM_USER --slurm-token-file "$TB/slurm-token" \
 			--juice-url http://127.0.0.1:7070 --juice-token-file "$demo/juice.token" --cluster-key $JUICE_ETC/cluster.key \
 			--hook-secret $JUICE_ETC/hook.secret --hook-listen "$hook" --poll-interval "${JUICE_TESTBED_POLL:-1s}" \
-			--licenses "${JUICE_TESTBED_LICENSES_ON:-on}" --sacctmgr /usr/bin/sacctmgr ${JUICE_TESTBED_CONTROLLER_ARGS:-} \
+			--licenses="${JUICE_TESTBED_LICENSES_ON:-on}" --sacctmgr /usr/bin/sacctmgr ${JUICE_TESTBED_CONTROLLER_ARGS:-} \
 			--state-dir $JUICE_SESSIONS \
 			</dev/null >>"$LOG/juice-controller.log" 2>&1 &
 		echo $! >"$RUN/juice-controller.pid"

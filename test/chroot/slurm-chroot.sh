@@ -820,7 +820,7 @@ EOF
 			--cluster-key "$ROOT$JUICE_ETC/cluster.key" --hook-secret "$ROOT$JUICE_ETC/hook.secret" \
 			--policy "$ROOT$JUICE_ETC/juice-policy.conf" --hook-cert $JUICE_ETC/hook.crt --hook-key $JUICE_ETC/hook.key \
 			--hook-listen "$hook" --poll-interval 1s --scontrol "$RUNDIR/scontrol" --state-dir "$ROOT$JUICE_SESSIONS" \
-			--licenses "${JUICE_TESTBED_LICENSES_ON:-on}" --sacctmgr "$RUNDIR/sacctmgr" \
+			--licenses="${JUICE_TESTBED_LICENSES_ON:-on}" --sacctmgr "$RUNDIR/sacctmgr" \
 			</dev/null >>"$RUNDIR/juice-controller.log" 2>&1 &
 		echo $! >"$RUNDIR/juice-controller.pid"
 	fi

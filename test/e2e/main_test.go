@@ -169,7 +169,7 @@ func startControllerOn(dbURL string) error {
 	// The pools are Slurm licenses wherever the bed has accounting (every bed does since issue 23): the controller
 	// keeps their counts, as the bed's own controller does.
 	if licensed() {
-		c.Args = append(c.Args, "--licenses", "on", "--sacctmgr", world.env.Get("JUICE_TESTBED_SACCTMGR"))
+		c.Args = append(c.Args, "--licenses=on", "--sacctmgr", world.env.Get("JUICE_TESTBED_SACCTMGR"))
 	}
 	if err := testbed.StartLogged(c, world.ctlLog); err != nil {
 		return err
