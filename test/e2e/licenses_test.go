@@ -41,6 +41,39 @@ func licenseTotal(t *testing.T, pool string) int {
 	return n
 }
 
+// staleLicense sets pool's license count in slurmdbd to count behind the controller's back, as when an agent died
+// since the last sync, and puts back the count the controller keeps when the test ends (the controller writes
+// only when its own figure changes, so it does not undo this meanwhile). Slurm then starts a job the pool cannot
+// serve, and the prolog's wait, the second line, is what the user meets.
+func staleLicense(t *testing.T, pool string, count int) {
+	t.Helper()
+	requireLicensed(t)
+	was := licenseTotal(t, pool)
+	set := func(n int) {
+		out, code := sh(t, 30*time.Second, world.env.Get("JUICE_TESTBED_SACCTMGR"), "-i", "modify", "resource",
+			"name=juice_"+pool, "server=juice", "set", fmt.Sprintf("count=%d", n))
+		require.Equal(t, 0, code, "sacctmgr: %s", out)
+		waitFor(t, 30*time.Second, fmt.Sprintf("slurmctld shows juice_%s@juice with %d", pool, n), func() bool { return licenseTotal(t, pool) == n })
+	}
+	set(count)
+	t.Cleanup(func() { set(was) })
+}
+
+// grepLog returns the last 20 lines of the file at path that contain word.
+func grepLog(path, word string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var hits []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, word) {
+			hits = append(hits, l)
+		}
+	}
+	return strings.Join(hits[max(len(hits)-20, 0):], "\n")
+}
+
 // pendsFor waits until job is PENDING for reason.
 func pendsFor(t *testing.T, job uint32, reason string, within time.Duration) {
 	t.Helper()
@@ -57,7 +90,8 @@ func TestSrunWaitsForItsPoolsLicense(t *testing.T) {
 	requireLicensed(t)
 	s := openStore(t)
 	waitFor(t, 60*time.Second, "pool small's license counts its one GPU", func() bool { return licenseTotal(t, "small") == 1 })
-	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 20")
+	// The holder runs until the test lets it go (scancel): the srun must not start before.
+	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 300")
 	defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
 	waitFor(t, 60*time.Second, "the holder runs", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
 
@@ -88,6 +122,7 @@ func TestSrunWaitsForItsPoolsLicense(t *testing.T) {
 	out, code := slurm(t, 60*time.Second, "srun", "-n1", "true")
 	require.Equal(t, 0, code, "a plain srun while the Juice one waits: %s", out)
 	require.Equal(t, slurmrest.StatePending, getJob(t, id).State, "the Juice srun started while its pool was full")
+	slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
 
 	r := <-done
 	require.NoError(t, r.err, "the srun once the holder ended: %s", r.out)
@@ -147,7 +182,17 @@ func TestSessionsOfOthersLowerTheLicense(t *testing.T) {
 			_ = other.CancelSession(ctx, sid)
 		}
 	}()
-	waitFor(t, 70*time.Second, "the other client's GPU comes off pool small's license", func() bool { return licenseTotal(t, "small") == 0 })
+	waitFor(t, 30*time.Second, "the other client's session is active", func() bool {
+		sess, err := other.GetSession(ctx, sid)
+		return err == nil && sess.State == juiceapi.StateActive
+	})
+	// The next sync (every 30 s) sees it.
+	for deadline := time.Now().Add(75 * time.Second); licenseTotal(t, "small") != 0; time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 75 s: the other client's GPU comes off pool small's license (Total=%d); the controller on licenses:\n%s",
+				licenseTotal(t, "small"), grepLog(world.ctlLog, "licens"))
+		}
+	}
 	job := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "true")
 	defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(job)))
 	pendsFor(t, job, "Licenses", 30*time.Second)

@@ -16,11 +16,15 @@ import (
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
-// When a Juice job cannot get its GPUs the user is told why, with a `juice:` line: srun prints it (the prolog's
-// scontrol notify), and a requeued batch job carries it in its comment (scontrol show job, squeue %k) until a
-// later run is served, when the comment is the request again.
+// When a Juice job that Slurm started cannot get its GPUs the user is told why, with a `juice:` line: srun prints
+// it (the prolog's scontrol notify), and a requeued batch job carries it in its comment (scontrol show job, squeue
+// %k) until a later run is served, when the comment is the request again. With the pools as licenses Slurm starts
+// such a job only when a license's count is stale (an agent lost since the last sync): made so here.
 func TestUserSeesWhyNoGPUs(t *testing.T) {
 	s := openStore(t)
+	if licensed() {
+		staleLicense(t, "small", 2)
+	}
 	holder := sbatch(t, "--juice-pool=small", "-o", "/dev/null", "--wrap", "sleep 45")
 	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
 	waitFor(t, 60*time.Second, "the holder has the pool's only GPU", func() bool { return getJob(t, holder).State == slurmrest.StateRunning })
