@@ -47,6 +47,8 @@ func (l *recorder) OpenIDs(_ context.Context, all bool) ([]uuid.UUID, error) {
 	if all {
 		l.add("relist")
 	}
+	l.mu.Lock() // the test sets open while the term re-lists
+	defer l.mu.Unlock()
 	return l.open, nil
 }
 func (l *recorder) Ready(context.Context) ([]reconcile.ReadyRun, error) { return nil, nil }
