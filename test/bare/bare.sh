@@ -36,20 +36,6 @@ die() { log "ERROR: $*"; exit 1; }
 mkdir -p "$TB/log"
 cd /
 
-# The Debian mirror the host's apt uses (never written into the repository).
-host_mirror() {
-	local m=""
-	if compgen -G "/etc/apt/sources.list.d/*.sources" >/dev/null; then
-		m=$(awk 'tolower($1) == "uris:" { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) { print $i; exit } }' \
-			/etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
-	fi
-	if [ -z "$m" ] && [ -f /etc/apt/sources.list ]; then
-		m=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|ftp):\/\// && $i ~ /\/debian\/?$/) { print $i; exit } }' \
-			/etc/apt/sources.list | head -n1)
-	fi
-	[ -n "$m" ] || die "cannot find a Debian mirror in /etc/apt/sources.list*"
-	echo "${m%/}"
-}
 
 # progress PID WHAT: a line every 30 s while PID runs.
 progress() {

@@ -10,3 +10,18 @@ host_apt() {
 	DEBIAN_FRONTEND=noninteractive flock -w 900 "$lockdir/apt.lock" \
 		apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 "$@"
 }
+
+# The Debian mirror the host's apt uses (never written into the repository).
+host_mirror() {
+	local m=""
+	if compgen -G "/etc/apt/sources.list.d/*.sources" >/dev/null; then
+		m=$(awk 'tolower($1) == "uris:" { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) { print $i; exit } }' \
+			/etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+	fi
+	if [ -z "$m" ] && [ -f /etc/apt/sources.list ]; then
+		m=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|ftp):\/\// && $i ~ /\/debian\/?$/) { print $i; exit } }' \
+			/etc/apt/sources.list | head -n1)
+	fi
+	[ -n "$m" ] || { echo "cannot find a Debian mirror in /etc/apt/sources.list*" >&2; return 1; }
+	echo "${m%/}"
+}
