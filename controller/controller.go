@@ -475,7 +475,7 @@ func (t *termPoller) Poll(ctx context.Context) error {
 
 // sweep cancels the orphaned sessions and removes the stale session files, at each sweep interval while leading.
 func (c *Controller) sweep(ctx context.Context) {
-	n, err := sweep.Sessions(ctx, c.Store, c.Juice, c.Log.WithName("sweep"))
+	n, err := sweep.Sessions(ctx, c.Store, juiceport.New(c.Juice), c.Log.WithName("sweep"))
 	c.Metrics.observeSweep(n, err)
 	if err != nil {
 		c.Log.Error(err, "sweep failed")

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
+	"github.com/juice-slurm/juice-slurm/controller/juiceport"
 	"github.com/juice-slurm/juice-slurm/controller/sweep"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
@@ -357,7 +358,7 @@ func TestSweepCancelsOrphans(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, h.liveSessions(), 2)
 
-	n, err := sweep.Sessions(ctx, h.store, h.juice, h.log)
+	n, err := sweep.Sessions(ctx, h.store, juiceport.New(h.juice), h.log)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	live := h.liveSessions()

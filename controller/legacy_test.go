@@ -109,7 +109,7 @@ func TestLegacyCancelNeverReopens(t *testing.T) {
 	h.driveTo(rc, r.ID, reconcile.StateReleased)
 	require.NoError(t, h.juice.CancelSession(ctx, r.Status.SessionID), "cancel twice")
 	require.NoError(t, h.juice.CancelSession(ctx, r.Status.SessionID), "and three times")
-	_, err = sweep.Sessions(ctx, h.store, h.juice, h.log)
+	_, err = sweep.Sessions(ctx, h.store, juiceport.New(h.juice), h.log)
 	require.NoError(t, err)
 	require.Zero(t, h.sim.Sim.Reopened())
 	s, err := h.juice.GetSession(ctx, r.Status.SessionID)

@@ -61,6 +61,8 @@ const (
 // Session is a session as the Reconciler sees it.
 type Session struct {
 	ID string
+	// Key is the idempotency key the session carries ("" when none): a reservation's id when it is ours.
+	Key string
 	// State is the controller's own word for it (for people); Phase is what the Reconciler decides on.
 	State   string
 	Phase   Phase
@@ -106,4 +108,7 @@ type PoolView interface {
 	Find(id string) (Held, bool)
 	// AgentAt returns the agent seen at address; false when none is.
 	AgentAt(address string) (Agent, bool)
+	// Keyed returns every session seen that has not ended and carries a key, with the agent holding it: what the
+	// sweep judges (controller/sweep).
+	Keyed() []Held
 }

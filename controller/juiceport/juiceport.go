@@ -69,7 +69,7 @@ func (p Port) WalkPool(ctx context.Context, pool string, now time.Time) (reconci
 
 // session is s in the domain's words: its phase decided by juiceapi's own Active and Ended.
 func session(s *juiceapi.Session) reconcile.Session {
-	out := reconcile.Session{ID: s.ID, State: s.State, Address: s.Address}
+	out := reconcile.Session{ID: s.ID, Key: s.Key(), State: s.State, Address: s.Address}
 	switch {
 	case s.Active():
 		out.Phase = reconcile.SessionActive
@@ -108,6 +108,19 @@ func (w view) Find(id string) (reconcile.Held, bool) {
 		return reconcile.Held{}, false
 	}
 	return reconcile.Held{Session: session(s), Agent: agent(a)}, true
+}
+
+func (w view) Keyed() []reconcile.Held {
+	var out []reconcile.Held
+	for i := range w.v.Agents {
+		a := &w.v.Agents[i]
+		for j := range a.Sessions {
+			if s := &a.Sessions[j]; s.Key() != "" && !s.Ended() && s.ID != "" {
+				out = append(out, reconcile.Held{Session: session(s), Agent: agent(a)})
+			}
+		}
+	}
+	return out
 }
 
 func (w view) AgentAt(address string) (reconcile.Agent, bool) {

@@ -131,6 +131,12 @@ func TestAWalkAsAPoolView(t *testing.T) {
 	require.Len(t, held, 1, "the key's sessions that have not ended")
 	assert.Equal(t, "s1", held[0].Session.ID)
 	assert.Equal(t, "a1", held[0].Agent.ID)
+	assert.Equal(t, key.String(), held[0].Session.Key, "the key read from the version's tag")
+
+	keyedOnly := v.Keyed()
+	require.Len(t, keyedOnly, 1, "every session that has not ended and carries a key: not s2 (closed), not s3 (no key)")
+	assert.Equal(t, "s1", keyedOnly[0].Session.ID)
+	assert.Equal(t, reconcile.Agent{ID: "a1", Address: "h1:1", State: juiceapi.AgentActive, Active: true}, keyedOnly[0].Agent)
 
 	h, ok := v.Find("s2")
 	require.True(t, ok)

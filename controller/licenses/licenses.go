@@ -219,7 +219,7 @@ func (s *Syncer) capacity(ctx context.Context, look *lookup, pool string) (int, 
 			if sess.Ended() || len(sess.GPUs) == 0 {
 				continue
 			}
-			whose, _, err := sweep.Belongs(ctx, look, sess)
+			whose, _, err := sweep.Belongs(ctx, look, sess.Key(), sess.ID)
 			if err != nil {
 				return 0, fmt.Errorf("license of pool %s: %w", pool, err)
 			}

@@ -12,7 +12,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 
-	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 )
@@ -24,6 +23,13 @@ type Store interface {
 	LiveRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error)
 }
 
+// Juice is what the sweep asks of the Juice Controller, through the reconciler's own port (reconcile.Juice), so
+// that a cancel means the same, and fails the same, wherever it is sent from.
+type Juice interface {
+	reconcile.PoolWalker
+	CancelSession(ctx context.Context, id string) error
+}
+
 // Sessions cancels sessions at the controller that carry one of our idempotency keys but belong to no live run:
 // the reservation of that key is final, or holds another session. Reservations already release their own
 // sessions; the sweep is the net under that, for a session that appeared after its reservation let go.
@@ -31,39 +37,35 @@ type Store interface {
 // Only sessions whose key names one of our reservations are touched: a key we do not know may belong to another
 // cluster's juice-slurm sharing the pool, so it is left alone. The key is the simulator's idempotencyKey field
 // or the tag in the session's version field (juiceapi.TaggedVersion), which the legacy controller echoes; its
-// agent listing shows no sessions, so every active agent is read (juiceapi.WalkPool). A session booked twice
-// for a run (a lost answer) and still queued when its run let go is found here once it is placed.
+// agent listing shows no sessions, so the walk (pool "": every pool) reads every active agent. A session booked
+// twice for a run (a lost answer) and still queued when its run let go is found here once it is placed.
 //
 // It returns how many sessions it cancelled.
-func Sessions(ctx context.Context, st Store, juice juiceapi.Client, log logr.Logger) (int, error) {
-	view, err := juiceapi.WalkPool(ctx, juice, "", time.Now())
+func Sessions(ctx context.Context, st Store, juice Juice, log logr.Logger) (int, error) {
+	view, err := juice.WalkPool(ctx, "", time.Now())
 	if err != nil {
 		return 0, fmt.Errorf("sweep: walk the agents: %w", err)
 	}
 	cancelled := 0
-	for _, a := range view.Agents {
-		for _, s := range a.Sessions {
-			if s.Ended() {
-				continue
-			}
-			whose, r, err := Belongs(ctx, st, &s)
-			if err != nil {
-				return cancelled, err
-			}
-			if whose != Orphan {
-				continue
-			}
-			err = juice.CancelSession(ctx, s.ID)
-			if errors.Is(err, juiceapi.ErrNotYet) {
-				continue // its agent has not taken it yet: the next sweep
-			}
-			if err != nil && !errors.Is(err, juiceapi.ErrNotFound) {
-				return cancelled, fmt.Errorf("sweep: cancel session %s: %w", s.ID, err)
-			}
-			cancelled++
-			log.Info("cancelled a session that belongs to no live run", "session", s.ID, "reservation", r.ID,
-				"job", r.Run.JobID, "run", r.Run.Run, "state", r.Status.State)
+	for _, h := range view.Keyed() {
+		s := h.Session
+		whose, r, err := Belongs(ctx, st, s.Key, s.ID)
+		if err != nil {
+			return cancelled, err
 		}
+		if whose != Orphan {
+			continue
+		}
+		err = juice.CancelSession(ctx, s.ID)
+		if errors.Is(err, reconcile.ErrNotYet) {
+			continue // its agent has not taken it yet: the next sweep
+		}
+		if err != nil && !errors.Is(err, reconcile.ErrNoSession) {
+			return cancelled, fmt.Errorf("sweep: cancel session %s: %w", s.ID, err)
+		}
+		cancelled++
+		log.Info("cancelled a session that belongs to no live run", "session", s.ID, "agent", h.Agent.ID,
+			"reservation", r.ID, "job", r.Run.JobID, "run", r.Run.Run, "state", r.Status.State)
 	}
 	if cancelled > 0 {
 		log.Info("sweep done", "cancelled", cancelled)
@@ -88,23 +90,23 @@ type Reservations interface {
 	Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error)
 }
 
-// Belongs decides whom session s belongs to, by its key (juiceapi.Session.Key: the simulator's idempotencyKey, or
-// the tag of juiceapi.TaggedVersion in its version field) and the reservation that key names; r is that
-// reservation when s is Live or an Orphan. The sweep cancels orphans; the license sync (controller/licenses)
-// counts every session but the live ones as GPUs the pool cannot give this cluster.
-func Belongs(ctx context.Context, st Reservations, s *juiceapi.Session) (whose Whose, r reconcile.Reservation, err error) {
-	key, err := uuid.Parse(s.Key())
+// Belongs decides whom session id belongs to, by the key it carries (reconcile.Session.Key: the simulator's
+// idempotencyKey, or the tag of juiceapi.TaggedVersion in its version field) and the reservation that key names;
+// r is that reservation when the session is Live or an Orphan. The sweep cancels orphans; the license sync
+// (controller/licenses) counts every session but the live ones as GPUs the pool cannot give this cluster.
+func Belongs(ctx context.Context, st Reservations, key, id string) (whose Whose, r reconcile.Reservation, err error) {
+	res, err := uuid.Parse(key)
 	if err != nil {
 		return Foreign, r, nil // no key, or not one of ours
 	}
-	r, err = st.Get(ctx, key)
+	r, err = st.Get(ctx, res)
 	if errors.Is(err, reconcile.ErrNotFound) {
 		return Foreign, r, nil
 	}
 	if err != nil {
-		return Foreign, r, fmt.Errorf("whose is session %s: %w", s.ID, err)
+		return Foreign, r, fmt.Errorf("whose is session %s: %w", id, err)
 	}
-	if !r.Status.State.Final() && (r.Status.SessionID == "" || r.Status.SessionID == s.ID) {
+	if !r.Status.State.Final() && (r.Status.SessionID == "" || r.Status.SessionID == id) {
 		return Live, r, nil
 	}
 	return Orphan, r, nil

@@ -4,17 +4,20 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/juicefake"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
@@ -43,48 +46,58 @@ func (m memStore) LiveRun(_ context.Context, run reconcile.RunID) (reconcile.Res
 	return reconcile.Reservation{}, reconcile.ErrNotFound
 }
 
-// oneAgent is a Juice Controller with one active agent holding sessions; it records what is cancelled.
-type oneAgent struct {
-	juiceapi.Client
-	sessions  []juiceapi.Session
-	cancelled []string
-}
-
-func (o *oneAgent) ListAgents(context.Context, string) ([]juiceapi.Agent, error) {
-	return []juiceapi.Agent{{ID: "a1", State: juiceapi.AgentActive}}, nil
-}
-
-func (o *oneAgent) GetAgent(context.Context, string) (*juiceapi.Agent, error) {
-	return &juiceapi.Agent{ID: "a1", State: juiceapi.AgentActive, Sessions: o.sessions}, nil
-}
-
-func (o *oneAgent) CancelSession(_ context.Context, id string) error {
-	o.cancelled = append(o.cancelled, id)
-	return nil
-}
-
 // Only a session whose key names a reservation that let go of it (final, or holding another session) is
-// cancelled: a live run's session, an ended one, and one whose key is not ours are left alone.
+// cancelled, in every pool: a live run's session, an ended one, one whose key is not ours and one with no key are
+// left alone; an orphan its agent has not taken yet is left for the next sweep.
 func TestSessionsCancelsOnlyOrphansOfOurs(t *testing.T) {
-	live, released, moved := uuid.New(), uuid.New(), uuid.New()
+	live, released, moved, assigned := uuid.New(), uuid.New(), uuid.New(), uuid.New()
 	st := memStore{
-		live:     {ID: live, Status: reconcile.Status{State: reconcile.StateReady, SessionID: "s-live"}},
-		released: {ID: released, Status: reconcile.Status{State: reconcile.StateReleased, SessionID: "s-released"}},
-		moved:    {ID: moved, Status: reconcile.Status{State: reconcile.StateReady, SessionID: "s-new"}},
+		live:     {ID: live, Status: reconcile.Status{State: reconcile.StateReady, SessionID: "s1"}},
+		released: {ID: released, Status: reconcile.Status{State: reconcile.StateReleased, SessionID: "s2"}},
+		moved:    {ID: moved, Status: reconcile.Status{State: reconcile.StateReady, SessionID: "s4"}},
+		assigned: {ID: assigned, Status: reconcile.Status{State: reconcile.StateFailed}},
 	}
-	juice := &oneAgent{sessions: []juiceapi.Session{
-		{ID: "s-live", IdempotencyKey: live.String(), State: juiceapi.StateActive},
-		{ID: "s-released", IdempotencyKey: released.String(), State: juiceapi.StateActive},
-		{ID: "s-old", IdempotencyKey: moved.String(), State: juiceapi.StateActive},
-		{ID: "s-new", IdempotencyKey: moved.String(), State: juiceapi.StateActive},
-		{ID: "s-ended", IdempotencyKey: released.String(), State: juiceapi.StateClosed},
-		{ID: "s-foreign", IdempotencyKey: uuid.NewString(), State: juiceapi.StateActive},
-		{ID: "s-nokey", State: juiceapi.StateActive},
-	}}
+	juice := &juicefake.Juice{}
+	juice.AddAgent("test", reconcile.Agent{ID: "a1", State: "active", Active: true})
+	juice.AddAgent("lab", reconcile.Agent{ID: "a2", State: "active", Active: true})
+	test, lab := request.Request{Pool: "test", GPUs: 1}, request.Request{Pool: "lab", GPUs: 1}
+	for _, b := range []struct {
+		key uuid.UUID
+		req request.Request
+	}{
+		{live, test}, {released, test}, {moved, test}, {moved, test}, {released, test}, // s1..s5
+		{uuid.New(), test}, {uuid.Nil, test}, {released, lab}, {assigned, test}, // s6..s9
+	} {
+		juice.Book(b.key, b.req)
+	}
+	for _, id := range []string{"s1", "s2", "s3", "s4", "s5", "s6", "s7"} {
+		juice.Activate(id, "a1", nil)
+	}
+	juice.End("s5")
+	juice.Activate("s8", "a2", nil)
+	juice.Place("s9", "a1")
+
 	n, err := Sessions(context.Background(), st, juice, logr.Discard())
 	require.NoError(t, err)
-	require.Equal(t, 2, n)
-	require.ElementsMatch(t, []string{"s-released", "s-old"}, juice.cancelled)
+	require.Equal(t, 3, n)
+	require.ElementsMatch(t, []string{"s2", "s3", "s8"}, juice.Calls().Cancelled)
+
+	// The controller's own errors stop the sweep with the session named; one it no longer knows counts as gone.
+	failing := juicefake.Intercept(juice, juicefake.Funcs{
+		CancelSession: func(context.Context, reconcile.Juice, string) error { return errors.New("connection refused") },
+	})
+	juice.Activate("s9", "a1", nil)
+	_, err = Sessions(context.Background(), st, failing, logr.Discard())
+	require.ErrorContains(t, err, "cancel session s9: connection refused")
+	juice.Forget("s9")
+	walks := juice.Calls().Walks
+	_, err = Sessions(context.Background(), st, juicefake.Intercept(juice, juicefake.Funcs{
+		WalkPool: func(context.Context, reconcile.Juice, string, time.Time) (reconcile.PoolView, error) {
+			return nil, errors.New("timeout")
+		},
+	}), logr.Discard())
+	require.ErrorContains(t, err, "sweep: walk the agents: timeout")
+	require.Equal(t, walks, juice.Calls().Walks)
 }
 
 var key = []byte("0123456789abcdef0123456789abcdef")

@@ -69,7 +69,8 @@ func (j *Juice) SetAgent(pool, id, state string) {
 	}
 }
 
-// Book adds a session under key as if a request had reached the controller, and returns its id.
+// Book adds a session under key as if a request had reached the controller, and returns its id; uuid.Nil books
+// one that carries no key.
 func (j *Juice) Book(key uuid.UUID, req request.Request) string {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -81,8 +82,11 @@ func (j *Juice) book(key uuid.UUID, req request.Request) string {
 		j.sessions = map[string]*Session{}
 	}
 	id := fmt.Sprintf("s%d", len(j.order)+1)
-	j.sessions[id] = &Session{Session: reconcile.Session{ID: id, State: "queued", Phase: reconcile.SessionQueued},
-		Key: key, Request: req}
+	s := &Session{Session: reconcile.Session{ID: id, State: "queued", Phase: reconcile.SessionQueued}, Key: key, Request: req}
+	if key != uuid.Nil { // uuid.Nil: booked by a client that sends no key
+		s.Session.Key = key.String()
+	}
+	j.sessions[id] = s
 	j.order = append(j.order, id)
 	return id
 }
@@ -204,32 +208,33 @@ func (j *Juice) CancelSession(_ context.Context, id string) error {
 	return nil
 }
 
-// WalkPool implements reconcile.PoolWalker: the pool's agents and the sessions placed on them, as they are now.
+// WalkPool implements reconcile.PoolWalker: the pool's agents and the sessions placed on them, as they are now;
+// every pool's for pool "" (the sweep's walk).
 func (j *Juice) WalkPool(_ context.Context, pool string, now time.Time) (reconcile.PoolView, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.calls.Walks++
-	v := &view{taken: now, whole: !j.Partial, agents: slices.Clone(j.agents[pool])}
+	v := &view{taken: now, whole: !j.Partial}
+	for p, agents := range j.agents {
+		if pool == "" || p == pool {
+			v.agents = append(v.agents, agents...)
+		}
+	}
 	for _, id := range j.order {
 		s := j.sessions[id]
-		if s == nil || s.Agent == "" || s.Request.Pool != pool {
+		if s == nil || s.Agent == "" || (pool != "" && s.Request.Pool != pool) {
 			continue
 		}
-		v.held = append(v.held, held{key: s.Key.String(), Held: reconcile.Held{Session: s.Session, Agent: j.agentOf(pool, s.Agent)}})
+		v.held = append(v.held, reconcile.Held{Session: s.Session, Agent: j.agentOf(s.Request.Pool, s.Agent)})
 	}
 	return v, nil
-}
-
-type held struct {
-	key string
-	reconcile.Held
 }
 
 type view struct {
 	taken  time.Time
 	whole  bool
 	agents []reconcile.Agent
-	held   []held
+	held   []reconcile.Held
 }
 
 func (v *view) Taken() time.Time { return v.taken }
@@ -238,8 +243,18 @@ func (v *view) Whole() bool      { return v.whole }
 func (v *view) ByKey(key string) []reconcile.Held {
 	var out []reconcile.Held
 	for _, h := range v.held {
-		if h.key == key && !h.Session.Ended() {
-			out = append(out, h.Held)
+		if h.Session.Key == key && !h.Session.Ended() {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func (v *view) Keyed() []reconcile.Held {
+	var out []reconcile.Held
+	for _, h := range v.held {
+		if h.Session.Key != "" && !h.Session.Ended() {
+			out = append(out, h)
 		}
 	}
 	return out
@@ -248,7 +263,7 @@ func (v *view) ByKey(key string) []reconcile.Held {
 func (v *view) Find(id string) (reconcile.Held, bool) {
 	for _, h := range v.held {
 		if h.Session.ID == id {
-			return h.Held, true
+			return h, true
 		}
 	}
 	return reconcile.Held{}, false
