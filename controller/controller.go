@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,9 @@ type Config struct {
 	Licenses bool
 	// Sacctmgr is the path of sacctmgr, which writes the licenses. Default /usr/bin/sacctmgr.
 	Sacctmgr string
+	// CapsQOS are the QOS on which the license sync keeps Policy's max_gpus_per_user as Slurm limits
+	// (licenses.Caps), with Licenses on; none: the caps are the controller's alone.
+	CapsQOS []string
 	// MaxHookConns and MaxHookConnsPerPeer cap the hook API's connections, in all and per peer (package peer);
 	// MaxWaitsPerPeer caps a peer's concurrent calls. Defaults hookserver.DefaultMaxConns, DefaultMaxConnsPerPeer
 	// and DefaultMaxWaitsPerPeer.
@@ -440,13 +444,22 @@ func (c *Controller) licenseSync() func(ctx context.Context) {
 	return c.licenseSyncer().Run
 }
 
-// licenseSyncer is one term's license sync: the policy's pools, written with sacctmgr, its outcome in /readyz.
+// licenseSyncer is one term's license sync: the policy's pools and per-user caps, written with sacctmgr, its
+// outcome in /readyz.
 func (c *Controller) licenseSyncer() *licenses.Syncer {
 	var pools []string
 	if c.Config.Policy != nil {
 		pools = c.Config.Policy.Pools
 	}
-	return &licenses.Syncer{Cluster: c.Config.Cluster, Pools: pools, Juice: c.Juice, Store: c.Store,
+	caps := licenses.Caps{QOS: c.Config.CapsQOS, PerUser: map[string]int{}}
+	if c.Config.Policy != nil {
+		for pool, l := range c.Config.Policy.PoolLimits {
+			if l.MaxGPUsPerUser > 0 {
+				caps.PerUser[strings.ToLower(pool)] = l.MaxGPUsPerUser
+			}
+		}
+	}
+	return &licenses.Syncer{Cluster: c.Config.Cluster, Pools: pools, Juice: c.Juice, Store: c.Store, Caps: caps,
 		Sacctmgr: licenses.Exec{Path: c.Config.Sacctmgr}, Log: c.Log.WithName("licenses"), Metrics: c.Metrics,
 		Health: func(err error) { c.health.set(&c.health.licenses, err) }, Period: c.Config.ReadyCheck}
 }

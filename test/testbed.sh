@@ -306,7 +306,7 @@ start_slurmdbd() {
 		# Its first start creates its tables: some seconds. (Each sacctmgr costs about 0.2 s: only after a start.)
 		wait_for slurmdbd 90 sacctmgr -nP show cluster
 	fi
-	acct_ensure $CLUSTER "$SLURM_STATE/state"
+	acct_ensure $CLUSTER "$SLURM_STATE/state" "root $SLURM_USER nobody"
 }
 
 stop_slurmds() {
@@ -493,6 +493,7 @@ JUICE_TESTBED_SLURMDBD=127.0.0.1:$DBD_PORT
 JUICE_TESTBED_SACCTMGR=/usr/bin/sacctmgr
 JUICE_TESTBED_LICENSE_SERVER=$ACCT_LICENSE_SERVER
 JUICE_TESTBED_LICENSES=$(acct_license_names)
+JUICE_TESTBED_CAPS_QOS=$ACCT_CAPS_QOS
 EOF
 	mv "$TB/env.new" "$TB/env"
 }
@@ -678,7 +679,8 @@ EOF
 			--slurmrestd-url "http://127.0.0.1:$REST_PORT" --slurm-user $SLURM_USER --slurm-token-file "$TB/slurm-token" \
 			--juice-url http://127.0.0.1:7070 --juice-token-file "$demo/juice.token" --cluster-key $JUICE_ETC/cluster.key \
 			--hook-secret $JUICE_ETC/hook.secret --hook-listen "$hook" --poll-interval "${JUICE_TESTBED_POLL:-1s}" \
-			--licenses="${JUICE_TESTBED_LICENSES_ON:-on}" --sacctmgr /usr/bin/sacctmgr ${JUICE_TESTBED_CONTROLLER_ARGS:-} \
+			--licenses="${JUICE_TESTBED_LICENSES_ON:-on}" --sacctmgr /usr/bin/sacctmgr \
+			$(acct_caps_flag "${JUICE_TESTBED_LICENSES_ON:-on}") ${JUICE_TESTBED_CONTROLLER_ARGS:-} \
 			--state-dir $JUICE_SESSIONS \
 			</dev/null >>"$LOG/juice-controller.log" 2>&1 &
 		echo $! >"$RUN/juice-controller.pid"

@@ -22,6 +22,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/controller/jobactor"
+	"github.com/juice-slurm/juice-slurm/controller/licenses"
 	"github.com/juice-slurm/juice-slurm/internal/backoff"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
@@ -40,7 +41,7 @@ type controllerOpts struct {
 	poll, waitPoll, window, leaseTTL, sweep, retention                                                   *time.Duration
 	perPool, perUser, perAccount, workers                                                                *int
 	trustComment, juiceIdem, licenses                                                                    *bool
-	sacctmgr                                                                                             *string
+	sacctmgr, capsQOS                                                                                    *string
 	newLog                                                                                               func() (logr.Logger, zap.AtomicLevel, error)
 	level                                                                                                *flag.Flag
 }
@@ -81,6 +82,7 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		policyFile:    fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)"),
 		licenses:      switchFlag(fs, "licenses", "on or off: keep each pool's Slurm license juice_<pool>@juice in slurmdbd at what the pool can give this cluster (needs accounting, and JUICE_LICENSES=on in juice-config.sh; the pools are the policy's)"),
 		sacctmgr:      fs.String("sacctmgr", "/usr/bin/sacctmgr", "sacctmgr, which writes the licenses' counts (licenses = on)"),
+		capsQOS:       fs.String("caps-qos", "", "QOS (comma-separated) on which to keep the policy's max_gpus_per_user as MaxTRESPerUser on the pools' licenses, so Slurm keeps a job over a cap PENDING (licenses = on; needs AccountingStorageEnforce=limits); empty: the caps are the controller's alone"),
 	}
 	o.newLog = logFlags(fs)
 	o.level = fs.Lookup("log-level")
@@ -207,6 +209,13 @@ func runController(ctx context.Context, args []string) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--juice-pools: %w", err)}
 	}
+	capsQOS, err := licenses.ParseQOS(*o.capsQOS)
+	if err != nil {
+		return usageError{fmt.Errorf("--caps-qos: %w", err)}
+	}
+	if len(capsQOS) > 0 && !*o.licenses {
+		return usageError{fmt.Errorf("--caps-qos=%s needs --licenses=on: the caps are limits on the pools' licenses", *o.capsQOS)}
+	}
 	juice, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: *o.juiceURL, TokenFile: *o.juiceToken, Log: log.WithName("juice"),
 		Pools: pools, IdempotentRequests: *o.juiceIdem})
 	if err != nil {
@@ -220,7 +229,7 @@ func runController(ctx context.Context, args []string) error {
 		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
 			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, PerUser: *o.perUser, PerAccount: *o.perAccount, Window: *o.window}, TrustComment: *o.trustComment,
 			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
-			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge, StateDir: stateDir, Licenses: *o.licenses, Sacctmgr: *o.sacctmgr},
+			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge, StateDir: stateDir, Licenses: *o.licenses, Sacctmgr: *o.sacctmgr, CapsQOS: capsQOS},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log, Metrics: controller.NewMetrics(st),
 		Ender: &jobactor.SlurmEnder{Rest: slurm, Scontrol: *o.scontrol},
 	}

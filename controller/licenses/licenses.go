@@ -85,8 +85,10 @@ type Syncer struct {
 	Juice    juiceapi.Client
 	Store    Store
 	Sacctmgr Sacctmgr
-	Log      logr.Logger
-	Metrics  Metrics // nil: none
+	// Caps are the policy's per-user caps, kept on QOS as limits on the licenses (caps.go); none without QOS.
+	Caps    Caps
+	Log     logr.Logger
+	Metrics Metrics // nil: none
 	// Health hears the outcome of every Sync (nil when it worked).
 	Health func(error)
 	// Period is the time between two syncs. Default 30s (the ready check).
@@ -192,6 +194,9 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		if err := s.write(ctx, pool, want); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := s.syncCaps(ctx, pools); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -104,7 +105,11 @@ type sacctmgr struct {
 	mu       sync.Mutex
 	calls    []string
 	licenses map[string]int // name -> count, of cluster c1
-	fail     error
+	// qos are the QOS slurmdbd has and their MaxTRESPerUser, as sacctmgr shows it ("cpu=4,license/x@y=1").
+	qos map[string]string
+	// untracked are licenses slurm.conf's AccountingStorageTRES does not name: no TRES for limits.
+	untracked map[string]bool
+	fail      error
 }
 
 func (f *sacctmgr) Run(_ context.Context, args ...string) (string, error) {
@@ -142,6 +147,14 @@ func (f *sacctmgr) Run(_ context.Context, args ...string) (string, error) {
 		}
 		f.licenses[arg("name")] = count()
 		return " Adding Resource(s)\n", nil
+	case strings.HasPrefix(call, "-n -P show qos where name="):
+		q := arg("name")
+		if tres, ok := f.qos[q]; ok {
+			return q + "|" + tres + "\n", nil
+		}
+		return "", nil // sacctmgr shows nothing for a QOS it does not have, and exits 0
+	case strings.HasPrefix(call, "-i modify qos where name="):
+		return f.modifyQOS(arg("name"), arg("MaxTRESPerUser"))
 	case strings.HasPrefix(call, "-i modify resource"):
 		if _, ok := f.licenses[arg("name")]; !ok {
 			return " Nothing modified\n", nil
@@ -150,6 +163,45 @@ func (f *sacctmgr) Run(_ context.Context, args ...string) (string, error) {
 		return " Modified server resource ...\n", nil
 	}
 	return "", fmt.Errorf("unexpected sacctmgr %s", call)
+}
+
+// modifyQOS merges set into q's MaxTRESPerUser as slurmdbd does: an entry replaces the same TRES's, -1 removes it,
+// the others stay. A license TRES is known once its license exists (slurmctld registered it from
+// AccountingStorageTRES).
+func (f *sacctmgr) modifyQOS(q, set string) (string, error) {
+	cur, ok := f.qos[q]
+	if !ok {
+		return "", fmt.Errorf("exit status 1:  Nothing modified")
+	}
+	have := map[string]string{}
+	var order []string
+	for _, e := range strings.Split(cur, ",") {
+		if k, v, ok := strings.Cut(e, "="); ok {
+			have[k] = v
+			order = append(order, k)
+		}
+	}
+	for _, e := range strings.Split(set, ",") {
+		k, v, _ := strings.Cut(e, "=")
+		if lic, ok := strings.CutPrefix(k, "license/"); ok {
+			if _, known := f.licenses[strings.TrimSuffix(lic, "@juice")]; !known || f.untracked[strings.TrimSuffix(lic, "@juice")] {
+				return "", fmt.Errorf("exit status 1: sacctmgr: error: slurmdb_format_tres_str: no TRES known by type %s", k)
+			}
+		}
+		if _, ok := have[k]; !ok {
+			order = append(order, k)
+		}
+		have[k] = v
+	}
+	slices.Sort(order)
+	var out []string
+	for _, k := range order {
+		if have[k] != "-1" {
+			out = append(out, k+"="+have[k])
+		}
+	}
+	f.qos[q] = strings.Join(out, ",")
+	return " Modified qos...\n  " + q + "\n", nil
 }
 
 // writes are the calls that changed something.

@@ -4,6 +4,7 @@ package settings
 // command line only. cmd/juice-slurm's TestSettingNamesAreTheCommandsFlags keeps it equal to the commands' flags;
 // it is a list here so that the hook binary knows the file's names without linking the commands.
 var Names = map[string]bool{
+	"caps-qos":              true,
 	"cluster":               true,
 	"cluster-key":           true,
 	"database-url":          true,

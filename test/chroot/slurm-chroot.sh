@@ -425,7 +425,7 @@ start_accounting() {
 		# Its first start creates its tables: some seconds. (Each sacctmgr costs about 0.2 s: only after a start.)
 		wait_for "slurmdbd on :$DBD_PORT" 90 in_root sacctmgr -nP show cluster
 	fi
-	acct_ensure $CLUSTER "$ROOT/var/lib/slurm/slurmctld" in_root
+	acct_ensure $CLUSTER "$ROOT/var/lib/slurm/slurmctld" "root slurm $JOB_USER $OTHER_USER nobody" in_root
 }
 
 # ---- start and wait -------------------------------------------------------------------------------
@@ -807,6 +807,7 @@ EOF
 			--policy "$ROOT$JUICE_ETC/juice-policy.conf" --hook-cert $JUICE_ETC/hook.crt --hook-key $JUICE_ETC/hook.key \
 			--hook-listen "$hook" --poll-interval 1s --scontrol "$RUNDIR/scontrol" --state-dir "$ROOT$JUICE_SESSIONS" \
 			--licenses="${JUICE_TESTBED_LICENSES_ON:-on}" --sacctmgr "$RUNDIR/sacctmgr" \
+			$(acct_caps_flag "${JUICE_TESTBED_LICENSES_ON:-on}") \
 			</dev/null >>"$RUNDIR/juice-controller.log" 2>&1 &
 		echo $! >"$RUNDIR/juice-controller.pid"
 	fi
@@ -877,6 +878,7 @@ write_env() {
 		echo "JUICE_TESTBED_SLURMDBD=127.0.0.1:$DBD_PORT"
 		echo "JUICE_TESTBED_LICENSE_SERVER=$ACCT_LICENSE_SERVER"
 		echo "JUICE_TESTBED_LICENSES=$(acct_license_names)"
+		echo "JUICE_TESTBED_CAPS_QOS=$ACCT_CAPS_QOS"
 		echo "JUICE_TESTBED_HOOK_LOG=$ROOT$JUICE_LOGDIR/hooks.log"
 		echo "JUICE_TESTBED_PLUGSTACK_ENTRY=$ROOT$PLUGSTACK_ENTRY"
 		[ -n "$pg" ] && echo "JUICE_TESTBED_PG_URL=$pg"

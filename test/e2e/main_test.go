@@ -170,6 +170,10 @@ func startControllerOn(dbURL string) error {
 	// keeps their counts, as the bed's own controller does.
 	if licensed() {
 		c.Args = append(c.Args, "--licenses=on", "--sacctmgr", world.env.Get("JUICE_TESTBED_SACCTMGR"))
+		// and the policy's per-user caps are Slurm's limits on QOS normal (AccountingStorageEnforce=limits).
+		if q := world.env.Get("JUICE_TESTBED_CAPS_QOS"); q != "" {
+			c.Args = append(c.Args, "--caps-qos="+q)
+		}
 	}
 	if err := testbed.StartLogged(c, world.ctlLog); err != nil {
 		return err

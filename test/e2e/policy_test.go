@@ -37,7 +37,9 @@ func TestPoolLimitsAtThePrompt(t *testing.T) {
 		msg  []string
 	}{
 		{[]string{"--account=chem", "--juice-pool=lab"}, []string{`account "chem"`, `pool "lab"`, "its accounts: physics"}},
-		{[]string{"--juice-pool=lab"}, []string{`account ""`, `pool "lab"`}},
+		// No --account: with accounting slurmctld fills in the user's default account (root's is root) before
+		// job_submit.lua runs; without, there is none.
+		{[]string{"--juice-pool=lab"}, []string{fmt.Sprintf("account %q", defaultAccount()), `pool "lab"`}},
 		{[]string{"--account=physics", "--juice-pool=lab", "--juice-gpu-count=2"},
 			[]string{"2 GPUs asked for, at most 1 allowed per job in pool \"lab\""}},
 		// job_submit.lua runs before slurmctld looks the partition up: the site's limit speaks first.
@@ -73,48 +75,99 @@ func TestPoolLimitsAtThePrompt(t *testing.T) {
 	noLiveSession(t, s, job)
 }
 
-// Issue 13 item 8 on the real Slurm: a pool's cap on one user's GPUs (pool "lab": 1 per user, though it has 2).
-// While a user's job holds the GPU of the cap, the same user's next run is not asked of the Juice Controller: it
-// waits, with the reason in its history and its status, and does not fail. Once the first job ends, the second is
-// served (its prolog may have given up meanwhile, requeuing it: then a later run is).
+// defaultAccount is the account of a job of root's submitted without --account, as job_submit.lua sees it.
+func defaultAccount() string {
+	if licensed() { // the bed has accounting, and root an association with default account root
+		return "root"
+	}
+	return ""
+}
+
+// capsInSlurm reports whether the bed's controllers keep the policy's per-user caps as Slurm's own limits
+// (caps-qos, with AccountingStorageEnforce=limits): every bed with licenses does.
+func capsInSlurm() bool { return licensed() && world.env.Get("JUICE_TESTBED_CAPS_QOS") != "" }
+
+// qosCapReason is a pending job's reason when its QOS's MaxTRESPerUser on a license keeps it waiting, as 22.05,
+// 24.11 and 26.05 name it.
+const qosCapReason = "QOSMaxLicensePerUser"
+
+// Issue 13 item 8 and issue 23 (f) on the real Slurm: a pool's cap on one user's GPUs (pool "lab": 1 per user,
+// though it has 2). While a user's job holds the GPU of the cap, the same user's next job is not asked of the
+// Juice Controller and does not fail. With the cap as Slurm's limit (caps-qos) the job stays PENDING in Slurm's
+// queue with Slurm's reason, holding no node; without it, Slurm starts it and its run waits in the controller,
+// with the reason in its history and its status. Once the first job ends, the second is served.
 func TestUserCapMakesTheNextRunWait(t *testing.T) {
 	if legacyMode() {
 		t.Skip("pool lab is juice-sim's (the legacy controller's pools are its own): run without JUICE_E2E_JUICE=legacy")
 	}
 	ctx := context.Background()
 	s := openStore(t)
+	if capsInSlurm() {
+		// The cap is taken off by hand first: the controller (its license sync, every 30 s) must put it back.
+		qos := world.env.Get("JUICE_TESTBED_CAPS_QOS")
+		out, code := slurm(t, 10*time.Second, "sacctmgr", "-i", "modify", "qos", "where", "name="+qos, "set", "MaxTRESPerUser=license/juice_lab@juice=-1")
+		require.Equal(t, 0, code, out)
+		waitFor(t, 90*time.Second, "the controller puts pool lab's cap back on QOS "+qos, func() bool {
+			out, _ := slurm(t, 10*time.Second, "sacctmgr", "-nP", "show", "qos", "where", "name="+qos, "format=maxtrespu")
+			return strings.Contains(out, "license/juice_lab@juice=1")
+		})
+	}
 	holder := sbatch(t, "--account=physics", "--juice-pool=lab", "-o", "/dev/null", "--wrap", "sleep 300")
 	defer slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
 	waitFor(t, 60*time.Second, "the holder's session is ready", func() bool { return stateOf(t, s, run(holder, 0)) == reconcile.StateReady })
 
 	outFile := filepath.Join(world.dir, "usercap.out")
 	job := sbatch(t, "--account=physics", "--juice-pool=lab", "-o", world.env.JobPath(outFile), "--wrap", "env")
-	var waiting reconcile.Reservation
-	waitFor(t, 60*time.Second, "the second run waits for its user's cap", func() bool {
+	if capsInSlurm() {
+		var last *slurmrest.Job
+		waitFor(t, 30*time.Second, "the second job pends for its user's cap in Slurm", func() bool {
+			last = getJob(t, job)
+			return last.State == slurmrest.StatePending && last.StateReason == qosCapReason
+		})
+		t.Logf("job %d pending: %s", job, last.StateReason)
+		// It stays so while the holder runs, though the pool's license has a GPU free: Slurm's cap, not the count.
+		for i := 0; i < 6; i++ {
+			time.Sleep(time.Second)
+			j := getJob(t, job)
+			require.Equal(t, slurmrest.StatePending, j.State, "the job over its user's cap started (reason was %s)", last.StateReason)
+		}
+		require.GreaterOrEqual(t, licenseTotal(t, "lab"), 2, "the license had room: only the cap kept the job")
 		rs, err := s.ForJob(ctx, job)
 		require.NoError(t, err)
 		for _, r := range rs {
-			if policy.IsWait(r.Status.Reason) {
-				waiting = r
-				return true
-			}
+			require.NotEqual(t, reconcile.StateReady, r.Status.State, "a job Slurm keeps for its cap got a session")
 		}
-		return false
-	})
-	require.Equal(t, reconcile.StatePending, waiting.Status.State, "a waiting run is not asked of the Juice Controller")
-	require.Contains(t, waiting.Status.Reason, "at most 1 at once (max_gpus_per_user)")
-	require.Contains(t, waiting.Status.Reason, "pool lab")
-	require.Equal(t, reconcile.StateReady, stateOf(t, s, run(holder, 0)), "the holder keeps its session")
-	evs, err := s.Events(ctx, waiting.ID)
-	require.NoError(t, err)
-	for _, e := range evs {
-		require.NotEqual(t, reconcile.EventRequest, e.Event, "the waiting run was asked for while its user was at the cap")
+	} else {
+		var waiting reconcile.Reservation
+		waitFor(t, 60*time.Second, "the second run waits for its user's cap", func() bool {
+			rs, err := s.ForJob(ctx, job)
+			require.NoError(t, err)
+			for _, r := range rs {
+				if policy.IsWait(r.Status.Reason) {
+					waiting = r
+					return true
+				}
+			}
+			return false
+		})
+		require.Equal(t, reconcile.StatePending, waiting.Status.State, "a waiting run is not asked of the Juice Controller")
+		require.Contains(t, waiting.Status.Reason, "at most 1 at once (max_gpus_per_user)")
+		require.Contains(t, waiting.Status.Reason, "pool lab")
+		evs, err := s.Events(ctx, waiting.ID)
+		require.NoError(t, err)
+		for _, e := range evs {
+			require.NotEqual(t, reconcile.EventRequest, e.Event, "the waiting run was asked for while its user was at the cap")
+		}
 	}
+	require.Equal(t, reconcile.StateReady, stateOf(t, s, run(holder, 0)), "the holder keeps its session")
 
 	_, code := slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(holder)))
 	require.Equal(t, 0, code)
 	j := waitJobDone(t, job, 4*time.Minute)
 	require.Equal(t, slurmrest.StateCompleted, j.State)
+	if capsInSlurm() {
+		require.Zero(t, j.Run, "a job Slurm kept for its cap is never requeued")
+	}
 	b, err := os.ReadFile(outFile)
 	require.NoError(t, err)
 	require.Contains(t, string(b), "JUICE_POOL=lab\n")

@@ -24,16 +24,35 @@ acct_licenses() {
 # acct_license_names: the licenses' NAME@SERVER, comma-separated (the env files' JUICE_TESTBED_LICENSES).
 acct_license_names() { acct_licenses | cut -d' ' -f1 | paste -sd, -; }
 
-# acct_slurm_conf DBD_PORT: slurm.conf's accounting lines. No AccountingStorageEnforce: jobs need no association.
-# AccountingStorageTRES names the licenses so sacct shows their use per job.
+# The accounts the suites charge jobs to (--account=...; root is every cluster's own), each user who submits jobs
+# has an association in every one (AccountingStorageEnforce=limits refuses a job without one), root the default:
+# root (the suites), SlurmUser (slurmrestd's token: the benchmarks' submissions), nobody (the security suite), and
+# in the chroots their ordinary users.
+ACCT_ACCOUNTS="root physics ml chem"
+
+# The QOS on which the controllers keep the pools' per-user caps (their caps-qos): the default QOS of every
+# association, so every job's.
+ACCT_CAPS_QOS=normal
+
+# acct_caps_flag LICENSES_ON: the controller's --caps-qos when its licenses are on ("on"): the caps are limits on them.
+acct_caps_flag() {
+	[ "$1" != on ] || echo "--caps-qos=$ACCT_CAPS_QOS"
+}
+
+# acct_slurm_conf DBD_PORT: slurm.conf's accounting lines. AccountingStorageTRES names the licenses so sacct shows
+# their use per job, and so that QOS limits may name them; AccountingStorageEnforce=limits makes slurmctld enforce
+# those limits (the controller's caps-qos: each pool's max_gpus_per_user on QOS normal).
 acct_slurm_conf() {
 	cat <<EOF
 # Accounting through the test bed's slurmdbd: sacct knows jobs past MinJobAge, and the Juice pools' remote licenses
-# (juice_<pool>@$ACCT_LICENSE_SERVER, served by slurmdbd) are counted as TRES.
+# (juice_<pool>@$ACCT_LICENSE_SERVER, served by slurmdbd) are counted as TRES. Limits on them (QOS normal's
+# MaxTRESPerUser, kept by the controller from the policy's max_gpus_per_user) are enforced: every user who submits
+# has an association.
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$1
 AccountingStorageTRES=$(acct_licenses | cut -d' ' -f1 | sed 's#^#license/#' | paste -sd, -)
+AccountingStorageEnforce=limits
 EOF
 }
 
@@ -97,15 +116,17 @@ StorageLoc=$ACCT_DB
 EOF
 }
 
-# acct_ensure CLUSTER STATEDIR RUNNER...: the cluster in slurmdbd, no association for root, and each pool's license
-# given to it with its starting count, through sacctmgr run by RUNNER (nothing on the host; the chroot's runner in a
-# chroot). A license that exists is left as it is. slurmctld must find its cluster there when it starts: run this
+# acct_ensure CLUSTER STATEDIR USERS RUNNER...: the cluster in slurmdbd, the accounts of ACCT_ACCOUNTS with an
+# association for each of USERS (space-separated: those who submit jobs on the bed) in each, and each pool's license
+# given to the cluster with its starting count, through sacctmgr run by RUNNER (nothing on the host; the chroot's
+# runner in a chroot). What exists is left as it is. slurmctld must find its cluster there when it starts: run this
 # before it. STATEDIR is slurmctld's StateSaveLocation as this script sees it.
 acct_ensure() {
-	local cluster=$1 statedir=$2 assocs have lic count name
-	shift 2
-	# Every cluster has an association of its own (account root, no user): one call tells the clusters and root's.
-	assocs=$("$@" sacctmgr -nP show assoc format=cluster,user)
+	local cluster=$1 statedir=$2 users=$3 assocs have lic count name acct user missing
+	shift 3
+	# Every cluster has an association of its own (account root, no user): one call tells the clusters, the
+	# accounts and the users' associations.
+	assocs=$("$@" sacctmgr -nP show assoc format=cluster,account,user)
 	if ! grep -q "^$cluster|" <<<"$assocs"; then
 		log "adding cluster $cluster to slurmdbd"
 		"$@" sacctmgr -i add cluster "$cluster" </dev/null >/dev/null
@@ -113,16 +134,25 @@ acct_ensure() {
 		# slurmdbd gives the cluster another ("CLUSTER ID MISMATCH"): one a bed ran without accounting, or with a
 		# slurmdbd whose database has gone, is forgotten so slurmctld takes slurmdbd's. (22.05 keeps the name only.)
 		rm -f "$statedir/clustername"
-		assocs="$cluster|root"
+		assocs=$("$@" sacctmgr -nP show assoc format=cluster,account,user)
 	fi
-	# Adding a cluster gives root an association (account root): slurmctld would then put root's jobs in account
-	# root whatever --account they ask for (the e2e suite's --account=physics). Without it root is like every other
-	# user of the beds, who have none: a job keeps the account it asks for, as without accounting. (Root stays
-	# slurmdbd's administrator: that is its uid's, not an association's.)
-	if grep -qxF "$cluster|root" <<<"$assocs"; then
-		log "removing root's association in $cluster: jobs keep the account they ask for"
-		"$@" sacctmgr -i delete user name=root cluster="$cluster" </dev/null >/dev/null
-	fi
+	# With AccountingStorageEnforce=limits a job needs an association of its user in the account it asks for:
+	# without one it is refused at submission. (Without enforcement slurmctld put a job of an account the user had
+	# no association in into the user's default account, whatever --account said.)
+	for acct in $ACCT_ACCOUNTS; do
+		grep -q "^$cluster|$acct|$" <<<"$assocs" && continue
+		log "adding account $acct to cluster $cluster"
+		"$@" sacctmgr -i add account "$acct" cluster="$cluster" </dev/null >/dev/null
+	done
+	for user in $users; do
+		missing=
+		for acct in $ACCT_ACCOUNTS; do
+			grep -qxF "$cluster|$acct|$user" <<<"$assocs" || missing+="${missing:+,}$acct"
+		done
+		[ -n "$missing" ] || continue
+		log "adding associations of $user in cluster $cluster: accounts $missing"
+		"$@" sacctmgr -i add user "$user" account="$missing" defaultaccount=root cluster="$cluster" </dev/null >/dev/null
+	done
 	have=$("$@" sacctmgr -nP show resource withclusters format=name,server,cluster)
 	while read -r lic count; do
 		name=${lic%@*}
