@@ -17,7 +17,7 @@ HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
 .PHONY: all build go-build spank install package test-package demo-installed test-bare bench-p5-large test-failover chaos-failover test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
-	testbed-wire demo bench bench-scale chaos chaos-short fuzz lint clean \
+	testbed-wire demo bench bench-licenses bench-scale chaos chaos-short fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy chaos-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
 all: build
@@ -262,6 +262,11 @@ test-juice-legacy-loss:
 
 bench: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/bench.sh'
+
+# Issue 23: the pools as Slurm licenses, on and off, beside plain Slurm (the array and a burst on the demo's 4-GPU
+# pool), about 15 minutes; also part of make bench. Figures in test/results/bench-licenses.md.
+bench-licenses: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/bench/licenses.sh && bash test/testbed.sh wire'
 
 # Issue 14 item 5: P5 (the controller's memory and standing cost) at 100,000 tracked runs, PostgreSQL only, about
 # 10 minutes; the figures go to test/results/bench-p5-100k.md (make bench runs P5 at 10,000).

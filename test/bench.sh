@@ -23,6 +23,9 @@ go run ./test/bench/cmd/juice-bench-slurm -p2-jobs 0 -p4-held 0 -array "${BENCH_
 # controller restarted without look-ahead (JUICE_TESTBED_CONTROLLER_ARGS), interleaved over five rounds.
 go run ./test/bench/cmd/juice-bench-slurm -p2-jobs 0 -p4-held 0 -burst "${BENCH_BURST:-30}" -burst-rounds 5 -poll "1 s" \
 	-sim "500 ms tick, 1 s activation, 500 ms cancel; prolog wait 4 min" -out test/results/bench-burst.md
+# Issue 23: the pools as Slurm licenses, on and off, beside plain Slurm: the array and a burst on the demo's 4-GPU
+# pool, where a full pool shows (test/bench/licenses.sh, also make bench-licenses).
+bash test/bench/licenses.sh
 bash test/testbed.sh wire
 {
 	echo "# juice-slurm benchmark results"
@@ -43,5 +46,7 @@ bash test/testbed.sh wire
 	cat test/results/bench-array.md
 	echo
 	cat test/results/bench-burst.md
+	echo
+	cat test/results/bench-licenses.md
 } >test/results/bench.md
 echo "results: test/results/bench.md"

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
@@ -124,29 +123,10 @@ func (b burstBench) burst(ctx context.Context, c *slurmrest.Client, juiceArg str
 	if juiceArg != "" {
 		args = append([]string{juiceArg}, args...)
 	}
-	ids := make([]uint32, b.n)
-	errs := make([]error, b.n)
-	next := make(chan int)
-	var wg sync.WaitGroup
 	start := time.Now()
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				ids[i], errs[i] = sbatch(args...)
-			}
-		}()
-	}
-	for i := 0; i < b.n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return 0, nil, err
-		}
+	ids, err := submitAtOnce(b.n, args)
+	if err != nil {
+		return 0, nil, err
 	}
 	started := map[uint32]time.Time{}
 	want := map[uint32]bool{}

@@ -48,6 +48,11 @@ func main() {
 	burstSleep := flag.Duration("burst-sleep", 2*time.Second, "bursts: each job's run time")
 	burstGPUs := flag.Int("burst-pool-gpus", 16, "bursts: the pool's GPUs, for the report")
 	burstSlots := flag.Int("burst-slots", 16, "bursts: jobs the cluster runs at once, for the report (2 nodes of 2 cores, OverSubscribe=FORCE:4)")
+	licArray := flag.Int("licenses-array", 0, "licenses on/off/plain (issue 23): elements of the job array (0 skips the comparison)")
+	licBurst := flag.Int("licenses-burst", 30, "licenses on/off/plain: jobs of the burst")
+	licRounds := flag.Int("licenses-rounds", 3, "licenses on/off/plain: rounds of the burst's three kinds")
+	licPool := flag.String("licenses-pool", "demo", "licenses on/off/plain: the Juice pool (a small one: its license fills)")
+	licGPUs := flag.Int("licenses-pool-gpus", 4, "licenses on/off/plain: the pool's GPUs, for the report")
 	flag.Parse()
 	env, err := testbed.Load(testbed.EnvFile())
 	if err != nil {
@@ -64,7 +69,7 @@ func main() {
 	for _, p := range []struct {
 		name string
 		on   bool
-	}{{"P2", *n > 0}, {"P7", *arrayN > 0}, {"bursts", *burstN > 0}, {"P4", *held > 0}} {
+	}{{"P2", *n > 0}, {"P7", *arrayN > 0}, {"bursts", *burstN > 0}, {"licenses", *licArray > 0}, {"P4", *held > 0}} {
 		if p.on {
 			parts = append(parts, p.name)
 		}
@@ -88,6 +93,13 @@ func main() {
 	if *burstN > 0 {
 		b := burstBench{n: *burstN, rounds: *burstRounds, pool: *burstPool, sleep: *burstSleep,
 			poolGPUs: *burstGPUs, slots: *burstSlots, restart: restartServices}
+		if err := b.run(ctx, env, slurm, &md); err != nil {
+			fail(err)
+		}
+	}
+	if *licArray > 0 {
+		b := licenseBench{arrayN: *licArray, burstN: *licBurst, rounds: *licRounds, pool: *licPool, gpus: *licGPUs,
+			sleep: *burstSleep, activation: *arrayActivate, switchTo: switchLicenses}
 		if err := b.run(ctx, env, slurm, &md); err != nil {
 			fail(err)
 		}

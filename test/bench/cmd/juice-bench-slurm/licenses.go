@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
+)
+
+// licenseBench is issue 23's benchmark: the P7 array and a burst on one small pool, plain, with the pools as Slurm
+// licenses (the test bed's wiring) and with licenses off (job_submit.lua and the controller both: how Juice ran
+// before issue 23), side by side in one run. What licenses change is where a job waits when its pool is full:
+// in Slurm's queue (PENDING, Reason=Licenses, no node held) or on its nodes, in CONFIGURING, while its prolog waits
+// for a session. So beside the time, each Juice kind reports its jobs' time in CONFIGURING waiting for GPUs (from
+// Slurm's start of the run to its session being ready, in node-seconds: every job here has one node) and requeues.
+type licenseBench struct {
+	arrayN, burstN, rounds int
+	pool                   string
+	gpus                   int
+	sleep                  time.Duration
+	// activation is the simulator's activation delay: the target is no job in CONFIGURING longer than one.
+	activation time.Duration
+	// switchTo wires the test bed with licenses on or off and restarts its controller.
+	switchTo func(on bool) error
+}
+
+type licenseKind struct {
+	name     string
+	juice    bool
+	licenses bool
+}
+
+// licenseRun is what one array or burst of one kind measured.
+type licenseRun struct {
+	took time.Duration
+	// configuring is each job's time from Slurm's start of its last run to its session being ready (0 when ready
+	// before); requeues are the runs Slurm started again (a prolog that gave up requeues a batch job).
+	configuring []time.Duration
+	requeues    int
+}
+
+func (b licenseBench) run(ctx context.Context, env testbed.Env, c *slurmrest.Client, md *strings.Builder) error {
+	kinds := []licenseKind{
+		{name: "plain"},
+		{name: "Juice, licenses on", juice: true, licenses: true},
+		{name: "Juice, licenses off", juice: true},
+	}
+	on := true // the test bed's wiring
+	defer func() {
+		if !on {
+			_ = b.switchTo(true)
+		}
+	}()
+	type workload struct {
+		name   string
+		rounds int
+		submit func(args ...string) ([]uint32, uint32, error)
+	}
+	workloads := []workload{
+		{fmt.Sprintf("array of %d x `sleep 1`", b.arrayN), 1, func(args ...string) ([]uint32, uint32, error) {
+			id, err := sbatch(append(args, fmt.Sprintf("--array=0-%d", b.arrayN-1), "--wrap", "sleep 1")...)
+			return nil, id, err
+		}},
+		{fmt.Sprintf("burst of %d x `sleep %g`", b.burstN, b.sleep.Seconds()), b.rounds, func(args ...string) ([]uint32, uint32, error) {
+			ids, err := submitAtOnce(b.burstN, append(args, "--wrap", fmt.Sprintf("sleep %g", b.sleep.Seconds())))
+			return ids, 0, err
+		}},
+	}
+	results := make([][][]licenseRun, len(workloads)) // workload, kind, round
+	for w, wl := range workloads {
+		results[w] = make([][]licenseRun, len(kinds))
+		for round := 0; round < wl.rounds; round++ {
+			for k, kind := range kinds {
+				if kind.juice && kind.licenses != on {
+					if err := b.switchTo(kind.licenses); err != nil {
+						return err
+					}
+					on = kind.licenses
+				}
+				var args []string
+				if kind.juice {
+					args = append(args, "--juice-pool="+b.pool)
+				}
+				fmt.Fprintf(os.Stderr, "licenses: %s, round %d/%d, %s\n", wl.name, round+1, wl.rounds, kind.name)
+				ids, array, err := wl.submit(args...)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", wl.name, kind.name, err)
+				}
+				r, err := b.wait(ctx, env, c, ids, array, kind.juice)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", wl.name, kind.name, err)
+				}
+				fmt.Fprintf(os.Stderr, "  %.1f s, %d requeues\n", r.took.Seconds(), r.requeues)
+				results[w][k] = append(results[w][k], r)
+				time.Sleep(3 * time.Second) // the pool's sessions go back (the simulator's cancel delay)
+			}
+		}
+	}
+	if !on {
+		if err := b.switchTo(true); err != nil {
+			return err
+		}
+		on = true
+	}
+
+	fmt.Fprintf(md, "### Pools as Slurm licenses: on, off, and plain Slurm (issue 23)\n\n"+
+		"On the pool `%s` (%d GPUs; the cluster runs 16 jobs at once), each kind in turn: plain sbatch, Juice with the "+
+		"pools as Slurm licenses (job_submit.lua's `JUICE_LICENSES=on`, the controller's `licenses = on`), and Juice "+
+		"with both off (`JUICE_TESTBED_LICENSES_ON=off`: the test bed wired and its controller restarted). *In "+
+		"CONFIGURING* is each Juice job's time from Slurm's start of its last run to its session being ready (the "+
+		"prolog's wait for GPUs, on a node held for it; Slurm's times have a resolution of one second), in "+
+		"node-seconds (each job has one node), with the longest; the target is 0 requeues and no job longer than "+
+		"one session activation (%s).\n\n"+
+		"| workload | kind | seconds (each round) | vs plain | in CONFIGURING, node-s | longest s | requeues |\n"+
+		"|---|---|---|---:|---:|---:|---:|\n", b.pool, b.gpus, b.activation)
+	for w, wl := range workloads {
+		plain := medianTook(results[w][0])
+		for k, kind := range kinds {
+			var each []string
+			var conf []time.Duration
+			requeues := 0
+			for _, r := range results[w][k] {
+				each = append(each, fmt.Sprintf("%.0f", r.took.Seconds()))
+				conf = append(conf, r.configuring...)
+				requeues += r.requeues
+			}
+			confText, longest, reqText := "", "", ""
+			if kind.juice {
+				var sum, top time.Duration
+				for _, d := range conf {
+					sum += d
+					top = max(top, d)
+				}
+				confText = fmt.Sprintf("%.0f", sum.Seconds())
+				longest = fmt.Sprintf("%.0f", top.Seconds())
+				reqText = fmt.Sprint(requeues)
+			}
+			fmt.Fprintf(md, "| %s | %s | %.0f (%s) | %.2f | %s | %s | %s |\n", wl.name, kind.name,
+				medianTook(results[w][k]).Seconds(), strings.Join(each, ", "),
+				medianTook(results[w][k]).Seconds()/plain.Seconds(), confText, longest, reqText)
+		}
+	}
+	md.WriteString("\n")
+	return nil
+}
+
+// wait waits for every job (ids, or the elements of array) to end, then reads each Juice job's wait in
+// CONFIGURING from its reservation in the demo's database.
+func (b licenseBench) wait(ctx context.Context, env testbed.Env, c *slurmrest.Client, ids []uint32, array uint32, juice bool) (licenseRun, error) {
+	want := map[uint32]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	n := len(ids)
+	if array != 0 {
+		n = b.arrayN
+	}
+	deadline := time.Now().Add(time.Duration(n)*10*time.Second + 5*time.Minute)
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		list, err := c.ListJobs(ctx, time.Time{})
+		if err != nil {
+			return licenseRun{}, err
+		}
+		var jobs []slurmrest.Job
+		for _, j := range list.Jobs {
+			mine := want[j.ID] || (array != 0 && j.Array != nil && j.Array.JobID == array && j.Array.HasTask)
+			if mine && j.State.IsFinished() {
+				jobs = append(jobs, j)
+			}
+		}
+		if len(jobs) < n {
+			continue
+		}
+		var r licenseRun
+		var first, last time.Time
+		for _, j := range jobs {
+			if j.State != slurmrest.StateCompleted {
+				return r, fmt.Errorf("job %d ended %s", j.ID, j.State)
+			}
+			if first.IsZero() || j.SubmitTime.Before(first) {
+				first = j.SubmitTime
+			}
+			if j.EndTime.After(last) {
+				last = j.EndTime
+			}
+			r.requeues += j.Run
+		}
+		r.took = last.Sub(first)
+		if !juice {
+			return r, nil
+		}
+		s, done, err := demoStore(ctx, env)
+		if err != nil {
+			return r, err
+		}
+		defer done()
+		for _, j := range jobs {
+			rs, err := s.ForJob(ctx, j.ID)
+			if err != nil {
+				return r, err
+			}
+			ready := time.Time{}
+			for _, res := range rs {
+				if res.Run.Run == j.Run && !res.Status.ReadyAt.IsZero() {
+					ready = res.Status.ReadyAt
+				}
+			}
+			if ready.IsZero() {
+				return r, fmt.Errorf("job %d run %d completed with no ready reservation", j.ID, j.Run)
+			}
+			// Slurm's start is in whole seconds: a session ready within the start's second counts 0.
+			r.configuring = append(r.configuring, max(0, ready.Truncate(time.Second).Sub(j.StartTime)))
+		}
+		return r, nil
+	}
+	return licenseRun{}, fmt.Errorf("the jobs did not end in time")
+}
+
+// submitAtOnce submits n jobs with args from 8 threads at once.
+func submitAtOnce(n int, args []string) ([]uint32, error) {
+	ids := make([]uint32, n)
+	errs := make([]error, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				ids[i], errs[i] = sbatch(args...)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+func medianTook(rs []licenseRun) time.Duration {
+	var ds []time.Duration
+	for _, r := range rs {
+		ds = append(ds, r.took)
+	}
+	slices.Sort(ds)
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[len(ds)/2]
+}
+
+// switchLicenses wires the test bed with its pools as licenses or not (job_submit.lua reads JUICE_LICENSES from
+// juice-config.sh, which wire writes) and restarts its controller with licenses on or off to match.
+func switchLicenses(on bool) error {
+	v := "off"
+	if on {
+		v = "on"
+	}
+	for _, step := range []string{"wire", "services-restart"} {
+		cmd := exec.Command("bash", "test/testbed.sh", step)
+		cmd.Env = append(os.Environ(), "JUICE_TESTBED_LICENSES_ON="+v)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("test bed %s with licenses %s: %w", step, v, err)
+		}
+	}
+	return nil
+}
