@@ -183,7 +183,17 @@ start_daemon() {
 	else
 		setsid chroot "$ROOT" /usr/bin/env -i PATH=$CPATH LANG=C.UTF-8 "$@" >"$RUNDIR/$name.log" 2>&1 </dev/null &
 	fi
-	echo $! >"$RUNDIR/$name.pid"
+	local pid=$! i
+	echo $pid >"$RUNDIR/$name.pid"
+	# Until the new process has entered the chroot, its root is still the host's, and daemon_running (which asks
+	# /proc/PID/root) would take it for gone: a wait right after this on a loaded machine said "slurmctld exited
+	# while starting" of a slurmctld that was starting. So wait, briefly, until it is in or has ended.
+	for i in $(seq 1 100); do
+		if pid_in_root "$pid" || ! kill -0 "$pid" 2>/dev/null; then
+			break
+		fi
+		sleep 0.05
+	done
 }
 
 stop_daemon() { # name
