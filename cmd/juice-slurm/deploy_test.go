@@ -22,7 +22,7 @@ func TestUnitIsHardened(t *testing.T) {
 		t.Run(unit, func(t *testing.T) {
 			out, err := exec.Command(sa, "security", "--offline=true", "../../deploy/"+unit).CombinedOutput()
 			require.NoError(t, err, "%s", out)
-			m := regexp.MustCompile(`Overall exposure level for `+regexp.QuoteMeta(unit)+`: ([0-9.]+) (\w+)`).FindSubmatch(out)
+			m := regexp.MustCompile(`Overall exposure level for ` + regexp.QuoteMeta(unit) + `: ([0-9.]+) (\w+)`).FindSubmatch(out)
 			require.NotNil(t, m, "%s", out)
 			level, err := strconv.ParseFloat(string(m[1]), 64)
 			require.NoError(t, err)
