@@ -101,6 +101,12 @@ var (
 			wanted = false, run_over = run_over OR $4
 		WHERE cluster = $1 AND id = $2 AND (wanted AND state NOT IN ('released', 'failed') OR $4 AND NOT run_over)
 		RETURNING ` + notify("juice_reservations", "spec")
+	// A started run's session waits for GPUs (reconcile.MustYield): the pool's reservations of jobs Slurm shows
+	// pending that hold or ask for a session let go, their runs not over, on the partial index of open rows.
+	sqlYieldPool = `UPDATE juice_reservations SET want_reason = $3, wanted = false
+		WHERE cluster = $1 AND pool = $2 AND wanted AND job_state = 'PENDING'
+			AND state IN ('requesting', 'waiting', 'ready')
+		RETURNING ` + notify("juice_reservations", "spec")
 	// The run's latest reservation: the live one when there is one (it is always the newest).
 	sqlLatestIDByRun = `SELECT id FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
 		ORDER BY created_at DESC, id DESC LIMIT 1`
