@@ -587,3 +587,28 @@ func TestYieldPoolLetsGoPendingJobsThatAskInThePool(t *testing.T) {
 		require.Zero(t, n, "%s: what was let go is not let go again", name)
 	}
 }
+
+// A run Slurm started never looks pending again: a listing taken before the start and applied after the prolog
+// recorded it writes no PENDING over CONFIGURING or RUNNING; other changes are written.
+func TestObserveJobNeverMakesAStartedRunPending(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s := newStores(t, "c")
+	r, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: 41},
+		Request: request.Request{Pool: "p", GPUs: 1}, JobState: "PENDING", JobReason: "Priority"})
+	state := func() string {
+		got, err := s.Get(ctx, r.ID)
+		require.NoError(t, err)
+		return got.Spec.JobState
+	}
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "CONFIGURING", ""))
+	require.Equal(t, "CONFIGURING", state())
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "PENDING", "Priority"))
+	require.Equal(t, "CONFIGURING", state(), "a stale listing")
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "RUNNING", "None"))
+	require.Equal(t, "RUNNING", state())
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "PENDING", "None"))
+	require.Equal(t, "RUNNING", state())
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "COMPLETING", "None"))
+	require.Equal(t, "COMPLETING", state())
+}
