@@ -26,6 +26,10 @@ type Store interface {
 	// HeldGPUs counts the GPUs user holds or is getting in pool: those of its reservations that were asked of
 	// the Juice Controller and are not released yet (requesting, waiting, ready, releasing).
 	HeldGPUs(ctx context.Context, pool, user string) (int, error)
+	// YieldPool lets go, without ending their runs, the reservations of pool whose jobs Slurm shows pending and
+	// that hold or ask for a session (requesting, waiting, ready), giving why (a spec write, as Unwant): a started
+	// run's session waits for GPUs (MustYield). It returns how many it let go.
+	YieldPool(ctx context.Context, pool, why string) (int, error)
 }
 
 // Reconciler is the one actor that moves reservations along the state machine: it drives each reservation
@@ -245,6 +249,15 @@ func (rc *Reconciler) waiting(ctx context.Context, log logr.Logger, r *Reservati
 		// Placed on an agent, which is starting it: active within moments, and a job may be waiting for it in its
 		// prolog (an array's elements, one after the other on a full pool): look again sooner.
 		return Result{RequeueAfter: rc.WaitPoll / assignedPollDivisor}, true, nil
+	case MustYield(r, s):
+		// Started, and no GPU for it: the pool's GPUs held or queued for ahead for pending jobs go first to it.
+		n, err := rc.Store.YieldPool(ctx, r.Request.Pool, YieldReason(r.Request.Pool, r.Run))
+		if err != nil {
+			return Result{}, true, fmt.Errorf("let pending jobs' reservations of pool %s go: %w", r.Request.Pool, err)
+		}
+		if n > 0 {
+			log.Info("pending jobs' reservations let the pool go to a started job", "pool", r.Request.Pool, "yielded", n)
+		}
 	}
 	return Result{RequeueAfter: rc.WaitPoll}, true, nil
 }

@@ -268,6 +268,58 @@ func TestWaitingOnAnAssignedSessionLooksSooner(t *testing.T) {
 	assert.Equal(t, int64(1), w.get(r.ID).Status.Version, "nothing to write")
 }
 
+// A started job whose session is queued at the Juice Controller (no GPU free) takes the pool from the pending
+// jobs reserved ahead: their reservations that hold or ask for a session let go, their runs not over (reserved
+// again when their turn comes); a pending job's reservation not yet asked, another pool's, and a started job's
+// are left alone. Neither a pending job's queued session nor a started job's session on its way yields anything.
+func TestAStartedRunQueuedTakesThePoolFromPendingOnes(t *testing.T) {
+	w := newWorld(t)
+	job := func(id uint32, state string) func(*reconcile.Reservation) {
+		return func(r *reconcile.Reservation) { r.Run.JobID, r.Spec.JobState = id, state }
+	}
+	booked := func(r *reconcile.Reservation) { r.Status.SessionID = w.juice.Book(r.ID, r.Request) }
+	started := w.add(reconcile.StateWaiting, job(10, "CONFIGURING"), booked)
+	aheadReady := w.add(reconcile.StateReady, job(11, "PENDING"), w.onSession)
+	aheadQueued := w.add(reconcile.StateWaiting, job(12, "PENDING"), booked)
+	notAsked := w.add(reconcile.StatePending, job(13, "PENDING"))
+	otherPool := w.add(reconcile.StateReady, job(14, "PENDING"), w.onSession, func(r *reconcile.Reservation) { r.Request.Pool = "other" })
+	running := w.add(reconcile.StateReady, job(15, "RUNNING"), w.onSession)
+
+	// A pending job's queued session takes nothing from anyone.
+	_, err := w.pass(aheadQueued.ID)
+	require.NoError(t, err)
+	require.True(t, w.get(aheadReady.ID).Spec.Wanted)
+
+	// Nor does a started job's session on its way (placed on an agent).
+	w.juice.Place(started.Status.SessionID, "a1")
+	_, err = w.pass(started.ID)
+	require.NoError(t, err)
+	require.True(t, w.get(aheadReady.ID).Spec.Wanted)
+
+	// Queued: the pool has no GPU for it.
+	started = w.add(reconcile.StateWaiting, job(16, "RUNNING"), booked)
+	res, err := w.pass(started.ID)
+	require.NoError(t, err)
+	assert.Equal(t, waitPoll, res.RequeueAfter, "looked at again as any queued session")
+	for _, id := range []uuid.UUID{aheadReady.ID, aheadQueued.ID} {
+		got := w.get(id)
+		assert.False(t, got.Spec.Wanted, "job %d", got.Run.JobID)
+		assert.False(t, got.Spec.RunOver, "job %d: its run is reserved again when its turn comes", got.Run.JobID)
+		assert.Equal(t, "yields pool test to job 16, which Slurm started and which waits for GPUs (reserved again when its turn comes)",
+			got.Spec.WantReason)
+	}
+	for _, id := range []uuid.UUID{notAsked.ID, otherPool.ID, running.ID, started.ID} {
+		assert.True(t, w.get(id).Spec.Wanted, "job %d keeps its reservation", w.get(id).Run.JobID)
+	}
+
+	// A yielded reservation is let go on its next pass, and its run may be reserved again.
+	_, err = w.pass(aheadReady.ID)
+	require.NoError(t, err)
+	got := w.get(aheadReady.ID)
+	assert.Equal(t, reconcile.StateReleased, got.Status.State)
+	assert.Equal(t, reconcile.Free, reconcile.Reservable([]reconcile.Tracked{{State: got.Status.State, RunOver: got.Spec.RunOver}}))
+}
+
 func TestWaitingOnASessionTheControllerEndedFailsTheRun(t *testing.T) {
 	for name, end := range map[string]struct {
 		do  func(j *juicefake.Juice, id string)

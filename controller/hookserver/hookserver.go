@@ -45,6 +45,7 @@ type Store interface {
 	UnwantRun(ctx context.Context, run reconcile.RunID, reason string, over bool) (bool, error)
 	ForUser(ctx context.Context, user string, limit int) ([]reconcile.Reservation, error)
 	Events(ctx context.Context, id uuid.UUID) ([]reconcile.Transition, error)
+	ObserveJob(ctx context.Context, id uuid.UUID, jobState, jobReason string) error
 }
 
 // Metrics counts the hook server's calls and refusals (controller.Metrics).
@@ -242,15 +243,29 @@ func (a *Server) prolog(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	if res.Spec.Wanted && !reconcile.Started(res.Spec.JobState) {
+		// Slurm started the run (its prolog runs): recorded before anything waits on it, so that a reservation made
+		// ahead is never taken for a pending job's (reconcile.MustYield) while the poller has not seen the start.
+		if err := a.Store.ObserveJob(r.Context(), res.ID, "CONFIGURING", ""); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		res.Spec.JobState, res.Spec.JobReason = "CONFIGURING", ""
+	}
 	// Ready means ready with the file sealed for this very job: an array element reserved ahead is sealed again
-	// for its job once bound to it.
+	// for its job once bound to it. A reservation let go without ending its run is waited on until it is released:
+	// the run is then reserved again.
 	out := a.wait(r.Context(), res, in.WaitSeconds, func(r *reconcile.Reservation) bool {
-		return r.SealedFor() || r.Failed() || r.Status.State.Final() || !r.Spec.Wanted
+		return r.SealedFor() || r.Failed() || r.Status.State.Final() || !r.Spec.Wanted && r.Spec.RunOver
 	})
 	rep := hookapi.PrologReply{Outcome: hookapi.OutcomeWaiting, State: string(out.Status.State), Reason: out.Status.Reason}
 	switch {
 	case out.Failed():
 		rep.Outcome, rep.Reason = hookapi.OutcomeFailed, out.Status.FailReason
+	case !out.Spec.Wanted && !out.Spec.RunOver:
+		// Let go as the job started (it yielded its pool to another started job a moment before this one's start
+		// was recorded): the next call registers the run again once the old reservation is released.
+		rep.Reason = "the reservation made ahead was let go (" + out.Spec.WantReason + "): reserved again"
 	case !out.Spec.Wanted || out.Status.State.Final():
 		rep.Outcome = hookapi.OutcomeFailed
 		rep.Reason = "the reservation was let go before the job started: " + out.Spec.WantReason

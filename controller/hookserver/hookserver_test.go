@@ -2,11 +2,14 @@ package hookserver
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
@@ -27,6 +31,9 @@ type memStore struct {
 	Store // the rest is not called
 	r     reconcile.Reservation
 	reads atomic.Int32
+
+	mu       sync.Mutex
+	observed []string // ObserveJob's job states
 }
 
 func (*memStore) Cluster() string { return "c1" }
@@ -40,6 +47,66 @@ func (m *memStore) LiveRun(_ context.Context, run reconcile.RunID) (reconcile.Re
 }
 
 func (m *memStore) Get(context.Context, uuid.UUID) (reconcile.Reservation, error) { return m.r, nil }
+
+func (m *memStore) ObserveJob(_ context.Context, _ uuid.UUID, state, _ string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.observed = append(m.observed, state)
+	return nil
+}
+
+// prologReply calls the prolog of job 1 run 0 at url, waiting at most wait seconds, and decodes the reply.
+func prologReply(t *testing.T, url string, wait float64) hookapi.PrologReply {
+	t.Helper()
+	body := fmt.Sprintf(`{"cluster":"c1","job_id":1,"run":0,"wait_seconds":%g}`, wait)
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/prolog", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var rep hookapi.PrologReply
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rep))
+	return rep
+}
+
+// A prolog is Slurm starting the run: a reservation made ahead, whose spec still says PENDING (the poller has not
+// seen the start), is recorded CONFIGURING before the wait, so that no started job's reservation is ever let go for
+// a pending one's (reconcile.MustYield); a run recorded started is not written again.
+func TestPrologRecordsThatSlurmStartedTheRun(t *testing.T) {
+	for _, c := range []struct {
+		state string
+		want  []string
+	}{{"PENDING", []string{"CONFIGURING"}}, {"", []string{"CONFIGURING"}}, {"RUNNING", nil}, {"CONFIGURING", nil}} {
+		st := &memStore{r: reconcile.Reservation{ID: uuid.New(), Run: reconcile.RunID{Cluster: "c1", JobID: 1},
+			Spec: reconcile.Spec{Wanted: true, JobState: c.state}, Status: reconcile.Status{State: reconcile.StateWaiting}}}
+		url := serve(t, &Server{Store: st, Unmunge: "/bin/false", Recheck: 10 * time.Millisecond})
+		rep := prologReply(t, url, 0.05)
+		require.Equal(t, hookapi.OutcomeWaiting, rep.Outcome, c.state)
+		st.mu.Lock()
+		require.Equal(t, c.want, st.observed, "spec job state %q", c.state)
+		st.mu.Unlock()
+	}
+}
+
+// A reservation let go without ending its run (it yielded its pool to another started job just as this one
+// started) keeps the prolog waiting: the run is reserved again once it is released. One let go for good fails it.
+func TestPrologWaitsOnAReservationLetGoWithoutEndingItsRun(t *testing.T) {
+	yielded := reconcile.Reservation{ID: uuid.New(), Run: reconcile.RunID{Cluster: "c1", JobID: 1},
+		Spec:   reconcile.Spec{WantReason: "yields pool p to job 2", JobState: "CONFIGURING"},
+		Status: reconcile.Status{State: reconcile.StateReleased}}
+	rep := prologReply(t, serve(t, &Server{Store: &memStore{r: yielded}, Unmunge: "/bin/false", Recheck: 10 * time.Millisecond}), 0.05)
+	require.Equal(t, hookapi.OutcomeWaiting, rep.Outcome)
+	require.Contains(t, rep.Reason, "yields pool p to job 2")
+	require.Contains(t, rep.Reason, "reserved again")
+
+	over := yielded
+	over.Spec.RunOver, over.Spec.WantReason = true, "job 1 was cancelled"
+	rep = prologReply(t, serve(t, &Server{Store: &memStore{r: over}, Unmunge: "/bin/false", Recheck: 10 * time.Millisecond}), 0.05)
+	require.Equal(t, hookapi.OutcomeFailed, rep.Outcome)
+	require.Contains(t, rep.Reason, "let go before the job started")
+}
 
 const secret = "hook-secret-for-tests"
 

@@ -161,6 +161,25 @@ func (s *Store) HeldGPUs(_ context.Context, pool, user string) (int, error) {
 	return n, nil
 }
 
+// YieldPool implements reconcile.Store as the store does: the open, wanted reservations of pool whose job Slurm
+// shows PENDING and that hold or ask for a session let go, their runs not over.
+func (s *Store) YieldPool(_ context.Context, pool, why string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, w := range s.rows {
+		r := &w.r
+		if r.Request.Pool == pool && r.Spec.Wanted && r.Spec.JobState == "PENDING" && slices.Contains(yielding, r.Status.State) {
+			r.Spec.Wanted, r.Spec.WantReason = false, why
+			n++
+		}
+	}
+	return n, nil
+}
+
+// yielding are the states of a reservation that holds or asks for a session.
+var yielding = []reconcile.State{reconcile.StateRequesting, reconcile.StateWaiting, reconcile.StateReady}
+
 func (s *Store) now() time.Time {
 	if s.Now != nil {
 		return s.Now()
@@ -175,6 +194,7 @@ type Funcs struct {
 	SaveStatus func(ctx context.Context, next reconcile.Store, r *reconcile.Reservation, ts ...reconcile.Transition) error
 	Sealed     func(ctx context.Context, next reconcile.Store, id uuid.UUID) ([]byte, error)
 	HeldGPUs   func(ctx context.Context, next reconcile.Store, pool, user string) (int, error)
+	YieldPool  func(ctx context.Context, next reconcile.Store, pool, why string) (int, error)
 }
 
 // Intercept returns next with the interceptors of f in front of it.
@@ -211,4 +231,11 @@ func (i intercepted) HeldGPUs(ctx context.Context, pool, user string) (int, erro
 		return i.f.HeldGPUs(ctx, i.next, pool, user)
 	}
 	return i.next.HeldGPUs(ctx, pool, user)
+}
+
+func (i intercepted) YieldPool(ctx context.Context, pool, why string) (int, error) {
+	if i.f.YieldPool != nil {
+		return i.f.YieldPool(ctx, i.next, pool, why)
+	}
+	return i.next.YieldPool(ctx, pool, why)
 }

@@ -101,12 +101,21 @@ var (
 			wanted = false, run_over = run_over OR $4
 		WHERE cluster = $1 AND id = $2 AND (wanted AND state NOT IN ('released', 'failed') OR $4 AND NOT run_over)
 		RETURNING ` + notify("juice_reservations", "spec")
+	// A started run's session waits for GPUs (reconcile.MustYield): the pool's reservations of jobs Slurm shows
+	// pending that hold or ask for a session let go, their runs not over, on the partial index of open rows.
+	sqlYieldPool = `UPDATE juice_reservations SET want_reason = $3, wanted = false
+		WHERE cluster = $1 AND pool = $2 AND wanted AND job_state = 'PENDING'
+			AND state IN ('requesting', 'waiting', 'ready')
+		RETURNING ` + notify("juice_reservations", "spec")
 	// The run's latest reservation: the live one when there is one (it is always the newest).
 	sqlLatestIDByRun = `SELECT id FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
 		ORDER BY created_at DESC, id DESC LIMIT 1`
 	// What Slurm says of the job, for the job actor and for people: written only when it changed.
+	// A run Slurm started is never pending again (a requeue is a new run): a listing taken before the start and
+	// applied after the prolog recorded it must not make a started run look pending (reconcile.MustYield).
 	sqlObserveJob = `UPDATE juice_reservations SET job_state = $3, job_reason = $4
 		WHERE cluster = $1 AND id = $2 AND state NOT IN ('released', 'failed') AND (job_state <> $3 OR job_reason <> $4)
+			AND NOT ($3 = 'PENDING' AND job_state IN ('CONFIGURING', 'RUNNING', 'SUSPENDED'))
 		RETURNING ` + notify("juice_reservations", "observed")
 )
 

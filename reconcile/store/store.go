@@ -334,6 +334,16 @@ func (s *Store) Unwant(ctx context.Context, id uuid.UUID, reason string, over bo
 	return tag.RowsAffected() > 0, nil
 }
 
+// YieldPool implements reconcile.Store: it lets go the reservations of pool whose jobs Slurm shows pending and
+// that hold or ask for a session, without ending their runs, and says how many.
+func (s *Store) YieldPool(ctx context.Context, pool, why string) (int, error) {
+	tag, err := s.pool.Exec(ctx, sqlYieldPool, s.cluster, pool, why)
+	if err != nil {
+		return 0, fmt.Errorf("yield pool %s: %w", pool, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // UnwantRun is Unwant for a run's latest reservation; ErrNotFound when the run has none.
 func (s *Store) UnwantRun(ctx context.Context, run reconcile.RunID, reason string, over bool) (bool, error) {
 	var id uuid.UUID

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/memstore"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
@@ -538,4 +539,76 @@ func TestTrackedIsWhatOpenSaysOfThePollersFields(t *testing.T) {
 	require.Equal(t, reconcile.StateRequesting, tracked[0].State)
 	require.Equal(t, "RUNNING", tracked[0].JobState)
 	require.True(t, tracked[1].Run.Unbound())
+}
+
+// YieldPool lets go, as the runtime role, exactly the reservations of the pool whose jobs Slurm shows pending and
+// that ask for or hold a session, without ending their runs; the in-memory store does the same.
+func TestYieldPoolLetsGoPendingJobsThatAskInThePool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s := newStores(t, "c")
+	mem := &memstore.Store{}
+	mk := func(job uint32, pool, jobState string, events ...reconcile.Event) uuid.UUID {
+		r, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: job},
+			Request: request.Request{Pool: pool, GPUs: 1}, JobState: jobState, JobReason: "Priority"})
+		for _, ev := range events {
+			move(t, s, &r, ev, "then "+string(ev))
+		}
+		got, err := s.Get(ctx, r.ID)
+		require.NoError(t, err)
+		mem.Put(got)
+		return r.ID
+	}
+	asking := mk(1, "p", "PENDING", reconcile.EventRequest)
+	queued := mk(2, "p", "PENDING", reconcile.EventRequest, reconcile.EventQueued)
+	holding := mk(3, "p", "PENDING", reconcile.EventRequest, reconcile.EventQueued, reconcile.EventActive)
+	notAsked := mk(4, "p", "PENDING")
+	started := mk(5, "p", "RUNNING", reconcile.EventRequest, reconcile.EventQueued, reconcile.EventActive)
+	otherPool := mk(6, "q", "PENDING", reconcile.EventRequest)
+
+	for name, st := range map[string]reconcile.Store{"store": s, "memstore": mem} {
+		n, err := st.YieldPool(ctx, "p", "yields pool p to job 5")
+		require.NoError(t, err, name)
+		require.Equal(t, 3, n, name)
+		for _, id := range []uuid.UUID{asking, queued, holding} {
+			r, err := st.Get(ctx, id)
+			require.NoError(t, err)
+			require.False(t, r.Spec.Wanted, "%s: job %d", name, r.Run.JobID)
+			require.False(t, r.Spec.RunOver, "%s: job %d", name, r.Run.JobID)
+			require.Equal(t, "yields pool p to job 5", r.Spec.WantReason, name)
+		}
+		for _, id := range []uuid.UUID{notAsked, started, otherPool} {
+			r, err := st.Get(ctx, id)
+			require.NoError(t, err)
+			require.True(t, r.Spec.Wanted, "%s: job %d", name, r.Run.JobID)
+		}
+		n, err = st.YieldPool(ctx, "p", "again")
+		require.NoError(t, err)
+		require.Zero(t, n, "%s: what was let go is not let go again", name)
+	}
+}
+
+// A run Slurm started never looks pending again: a listing taken before the start and applied after the prolog
+// recorded it writes no PENDING over CONFIGURING or RUNNING; other changes are written.
+func TestObserveJobNeverMakesAStartedRunPending(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s := newStores(t, "c")
+	r, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: 41},
+		Request: request.Request{Pool: "p", GPUs: 1}, JobState: "PENDING", JobReason: "Priority"})
+	state := func() string {
+		got, err := s.Get(ctx, r.ID)
+		require.NoError(t, err)
+		return got.Spec.JobState
+	}
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "CONFIGURING", ""))
+	require.Equal(t, "CONFIGURING", state())
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "PENDING", "Priority"))
+	require.Equal(t, "CONFIGURING", state(), "a stale listing")
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "RUNNING", "None"))
+	require.Equal(t, "RUNNING", state())
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "PENDING", "None"))
+	require.Equal(t, "RUNNING", state())
+	require.NoError(t, s.ObserveJob(ctx, r.ID, "COMPLETING", "None"))
+	require.Equal(t, "COMPLETING", state())
 }

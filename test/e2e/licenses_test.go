@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -223,5 +224,60 @@ func TestSacctShowsTheLicenseUse(t *testing.T) {
 			return strings.Contains(out, "license/")
 		})
 		require.Contains(t, strings.Split(strings.TrimSpace(out), ","), c.want, "job %d (%v): %s", job, c.ask, out)
+	}
+}
+
+// (c): a burst of 30 Juice jobs on a pool of one GPU. Slurm starts them one at a time as the pool's license
+// frees, so none waits in its prolog for GPUs another job holds: every one completes at its first run (no prolog
+// gave up, none requeued) and no reservation fails. With the licenses off, 16 start at once and the test bed's
+// 15 s prolog wait requeues those the pool cannot serve in time.
+func TestBurstOnAFullPoolNeverRequeues(t *testing.T) {
+	requireLicensed(t)
+	s := openStore(t)
+	waitFor(t, 60*time.Second, "pool small's license counts its one GPU", func() bool { return licenseTotal(t, "small") == 1 })
+	const n = 30
+	ids := make([]uint32, n)
+	outs := make([]string, n)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func() { // at once, as users do; no t.Fatal off the test's goroutine: each outcome is checked below
+			defer wg.Done()
+			for i := range next {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				out, err := world.env.Command(ctx, "sbatch", "--parsable", "--juice-pool=small", "-o", "/dev/null", "--wrap", "true").CombinedOutput()
+				cancel()
+				outs[i] = string(out)
+				if id, perr := strconv.ParseUint(strings.TrimSpace(strings.Split(string(out), ";")[0]), 10, 32); err == nil && perr == nil {
+					ids[i] = uint32(id)
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, id := range ids {
+			if id != 0 {
+				slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(id)))
+			}
+		}
+	})
+	for i, id := range ids {
+		require.NotZero(t, id, "sbatch %d of %d failed: %s", i+1, n, outs[i])
+	}
+	for _, id := range ids {
+		j := waitJobDone(t, id, 5*time.Minute)
+		require.Equal(t, slurmrest.StateCompleted, j.State, "job %d", id)
+		require.Zero(t, j.Run, "job %d was requeued: its prolog gave up waiting for the pool", id)
+		rs, err := s.ForJob(context.Background(), id)
+		require.NoError(t, err)
+		for _, r := range rs {
+			require.NotEqual(t, reconcile.StateFailed, r.Status.State, "job %d: %s", id, r.Status.FailReason)
+		}
 	}
 }
