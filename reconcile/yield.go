@@ -2,18 +2,16 @@ package reconcile
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
-// Started reports whether Slurm has started a job, from its state as the spec records it (Spec.JobState): given
-// nodes, its prolog running or done.
-func Started(jobState string) bool {
-	switch strings.ToUpper(jobState) {
-	case "CONFIGURING", "RUNNING", "SUSPENDED":
-		return true
-	}
-	return false
-}
+// StartedStates are Slurm's states of a job it has started: given nodes, its prolog running or done. The store's
+// guard against a stale listing (sqlObserveJob) is built from this list.
+var StartedStates = []string{"CONFIGURING", "RUNNING", "SUSPENDED"}
+
+// Started reports whether Slurm has started a job, from its state as the spec records it (Spec.JobState).
+func Started(jobState string) bool { return slices.Contains(StartedStates, strings.ToUpper(jobState)) }
 
 // MustYield reports whether a run's queued session means the pool's GPUs must go to it first: its job was started
 // by Slurm (it holds nodes, and with the pools as licenses the pool's license), yet the Juice Controller has no

@@ -1,5 +1,11 @@
 package store
 
+import (
+	"strings"
+
+	"github.com/juice-slurm/juice-slurm/reconcile"
+)
+
 // Every SQL statement of juice-slurm, in one place. Every statement about reservations names its cluster ($1):
 // several clusters may share one database, and none reads or writes another's rows.
 
@@ -115,7 +121,7 @@ var (
 	// applied after the prolog recorded it must not make a started run look pending (reconcile.MustYield).
 	sqlObserveJob = `UPDATE juice_reservations SET job_state = $3, job_reason = $4
 		WHERE cluster = $1 AND id = $2 AND state NOT IN ('released', 'failed') AND (job_state <> $3 OR job_reason <> $4)
-			AND NOT ($3 = 'PENDING' AND job_state IN ('CONFIGURING', 'RUNNING', 'SUSPENDED'))
+			AND NOT ($3 = 'PENDING' AND job_state IN (` + sqlStrings(reconcile.StartedStates) + `))
 		RETURNING ` + notify("juice_reservations", "observed")
 )
 
@@ -225,3 +231,13 @@ const (
 	sqlReleaseLease = `DELETE FROM juice_leases WHERE name = $1 AND holder = $2`
 	sqlLeaseHolder  = `SELECT holder, expires_at FROM juice_leases WHERE name = $1 AND expires_at >= now()`
 )
+
+// sqlStrings writes constant strings of Go's as a SQL list of literals: 'A', 'B'. Only for the package's own
+// constants, never for input.
+func sqlStrings(vals []string) string {
+	quoted := make([]string, len(vals))
+	for i, v := range vals {
+		quoted[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+	}
+	return strings.Join(quoted, ", ")
+}

@@ -197,31 +197,38 @@ func (b licenseBench) wait(ctx context.Context, env testbed.Env, c *slurmrest.Cl
 		if !juice {
 			return r, nil
 		}
-		s, done, err := demoStore(ctx, env)
-		if err != nil {
-			return r, err
-		}
-		defer done()
-		for _, j := range jobs {
-			rs, err := s.ForJob(ctx, j.ID)
-			if err != nil {
-				return r, err
-			}
-			ready := time.Time{}
-			for _, res := range rs {
-				if res.Run.Run == j.Run && !res.Status.ReadyAt.IsZero() {
-					ready = res.Status.ReadyAt
-				}
-			}
-			if ready.IsZero() {
-				return r, fmt.Errorf("job %d run %d completed with no ready reservation", j.ID, j.Run)
-			}
-			// Slurm's start is in whole seconds: a session ready within the start's second counts 0.
-			r.configuring = append(r.configuring, max(0, ready.Truncate(time.Second).Sub(j.StartTime)))
-		}
-		return r, nil
+		err = b.configuring(ctx, env, jobs, &r)
+		return r, err
 	}
 	return licenseRun{}, fmt.Errorf("the jobs did not end in time")
+}
+
+// configuring reads, from the demo's database, each job's time from Slurm's start of its last run to its session
+// being ready.
+func (b licenseBench) configuring(ctx context.Context, env testbed.Env, jobs []slurmrest.Job, r *licenseRun) error {
+	s, done, err := demoStore(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer done()
+	for _, j := range jobs {
+		rs, err := s.ForJob(ctx, j.ID)
+		if err != nil {
+			return err
+		}
+		ready := time.Time{}
+		for _, res := range rs {
+			if res.Run.Run == j.Run && !res.Status.ReadyAt.IsZero() {
+				ready = res.Status.ReadyAt
+			}
+		}
+		if ready.IsZero() {
+			return fmt.Errorf("job %d run %d completed with no ready reservation", j.ID, j.Run)
+		}
+		// Slurm's start is in whole seconds: a session ready within the start's second counts 0.
+		r.configuring = append(r.configuring, max(0, ready.Truncate(time.Second).Sub(j.StartTime)))
+	}
+	return nil
 }
 
 // submitAtOnce submits n jobs with args from 8 threads at once.
