@@ -205,7 +205,11 @@ func (s *Syncer) Sync(ctx context.Context) error {
 // sessions that serve none of our runs (sweep.Belongs). 0 when the Juice Controller cannot name the pool.
 func (s *Syncer) capacity(ctx context.Context, look *lookup, pool string) (int, error) {
 	view, err := juiceapi.WalkPool(ctx, s.Juice, pool, time.Now())
-	if errors.Is(err, juiceapi.ErrNoCapacity) {
+	// A pool the Juice Controller does not know: juice-sim (as the hosted controller) answers the listing "pool P
+	// not found" (ErrNotFound; WalkPool leaves out an agent that vanished, so it is the pool's), and the client
+	// refuses a name the legacy controller's pool map lacks (ErrNoCapacity). Either way the pool has no GPUs: a
+	// pool removed at the Juice side goes to 0, and a sync is not failed for ever by one pool.
+	if errors.Is(err, juiceapi.ErrNoCapacity) || errors.Is(err, juiceapi.ErrNotFound) {
 		return 0, nil
 	}
 	if err != nil {

@@ -17,7 +17,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/juice-slurm/juice-slurm/internal/vram"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
+	"github.com/juice-slurm/juice-slurm/juiceapi/juicesim"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
@@ -43,7 +45,9 @@ func (j *juice) ListAgents(_ context.Context, pool string) ([]juiceapi.Agent, er
 	}
 	agents, ok := j.pools[pool]
 	if !ok {
-		return nil, fmt.Errorf("list agents of pool %q: %w", pool, juiceapi.ErrNoCapacity)
+		// As the HTTP client against juice-sim: "pool P not found" (TestUnknownPoolAtJuiceSimIsZero).
+		return nil, fmt.Errorf("list agents of pool %q: %w", pool, &juiceapi.APIError{Method: "GET",
+			Path: "/v1/agents?pool_id=" + pool, StatusCode: 500, Kind: juiceapi.ErrNotFound, Message: "pool " + pool + " not found"})
 	}
 	return agents, nil
 }
@@ -360,6 +364,28 @@ func TestVanishedPoolGoesToZero(t *testing.T) {
 		require.NotContains(t, c, "elsewhere")
 		require.NotContains(t, c, "matlab")
 	}
+}
+
+// Against juice-sim over HTTP, as the controller runs: a pool the Juice Controller does not know ("pool P not
+// found", a 500 the client reads as ErrNotFound) is given 0 and fails no sync; the test fake answered kinder
+// (ErrNoCapacity) and hid that every sync of a site with such a pool failed and never wrote its 0.
+func TestUnknownPoolAtJuiceSimIsZero(t *testing.T) {
+	srv, err := juicesim.StartServer(juicesim.Config{Token: "m2m_licenses",
+		Pools: []juicesim.PoolConfig{juicesim.UniformPool("test", 2, 4, 80*vram.GiB)}}, logr.Discard())
+	require.NoError(t, err)
+	defer srv.Close()
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("m2m_licenses\n"), 0o600))
+	c, err := juiceapi.NewHTTPClient(juiceapi.HTTPConfig{BaseURL: srv.URL, TokenFile: token, MaxAttempts: 1})
+	require.NoError(t, err)
+	w := newWorld("test", "gone")
+	w.syncer.Juice = c
+	w.sacctmgr.licenses["juice_gone"] = 5
+	require.NoError(t, w.syncer.Sync(context.Background()))
+	require.ElementsMatch(t, []string{
+		"-i modify resource name=juice_gone server=juice set count=0",
+		"-i add resource name=juice_test server=juice type=license count=8 cluster=c1 percentallowed=100",
+	}, w.sacctmgr.writes())
 }
 
 // Without pools in the policy, the Juice licenses slurmdbd holds for this cluster are the pools kept.
