@@ -130,12 +130,12 @@ func New(t testing.TB, cfg Config) *World {
 }
 
 // Build builds a world; Close undoes it. Errors that say the test bed is not up wrap testbed.ErrUnavailable.
-func Build(ctx context.Context, cfg Config) (w *World, err error) {
-	w = &World{Slurm: fakeslurm.New(), Key: Key}
+func Build(ctx context.Context, cfg Config) (_ *World, err error) {
+	// w is not the named result: a `return nil, err` must leave it for the deferred Close (it once closed nil).
+	w := &World{Slurm: fakeslurm.New(), Key: Key}
 	defer func() {
 		if err != nil {
 			w.Close()
-			w = nil
 		}
 	}()
 	if w.Dir, err = os.MkdirTemp("", "juice-world-"); err != nil {
