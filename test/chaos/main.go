@@ -1,6 +1,7 @@
 // Command chaos runs many Juice jobs through the real test bed while it breaks things: the controller is killed
 // with -9 again and again, PostgreSQL is restarted, the simulator answers with errors and latency, and
-// slurmrestd is stopped for a while. At the end it prints the figures and fails unless no session leaked, no run
+// slurmrestd is stopped for a while; on a bed with accounting slurmdbd is restarted, then (once slurmrestd is back)
+// stopped for a minute while a pool's license must change (slurmdbd.go). At the end it prints the figures and fails unless no session leaked, no run
 // ever had two sessions, and every job completed (a requeued one with the reason of each earlier run recorded).
 //
 //	go run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s     (make chaos)
@@ -50,6 +51,9 @@ var simAddr, hookAddr string
 
 var restartPG bool
 
+// dbdOutage is how long slurmdbd is stopped (-dbd-outage; slurmdbd.go).
+var dbdOutage time.Duration
+
 // pgFailover: the database is on test/pgpair.sh's primary and standby (multi-host URL, target_session_attrs
 // read-write), and instead of a restart of PostgreSQL the standby is promoted and the primary stopped.
 var pgFailover bool
@@ -76,6 +80,7 @@ type chaos struct {
 	restarts   []time.Duration // controller down time per kill
 	failedOver time.Duration   // with -pg-failover: from the primary's end to the controller's /readyz answering again
 	sim        *exec.Cmd
+	dbd        dbdChaos // slurmdbd's part (slurmdbd.go)
 	errRate    float64
 	latency    time.Duration
 }
@@ -92,6 +97,7 @@ func main() {
 	// PostgreSQL is the host test bed's, shared by every release's run and guarded by the host's lock: the runs on
 	// the chroot test beds leave it alone (the controller's reconnect is the same code whatever the release).
 	flag.BoolVar(&restartPG, "restart-postgres", true, "restart PostgreSQL after the second kill")
+	flag.DurationVar(&dbdOutage, "dbd-outage", 60*time.Second, "how long slurmdbd is stopped, after a restart of it early in the run (on a bed with accounting); 0 leaves slurmdbd alone")
 	flag.BoolVar(&pgFailover, "pg-failover", false, "run on test/pgpair.sh's primary and standby (up already) and promote the standby after the second kill, instead of restarting PostgreSQL")
 	flag.Parse()
 	if *juiceSide == "legacy" {
@@ -127,7 +133,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 	if err != nil {
 		return err
 	}
-	c := &chaos{env: env, repo: repo, errRate: errRate, latency: latency}
+	c := &chaos{env: env, repo: repo, errRate: errRate, latency: latency, dbd: dbdChaos{outage: dbdOutage}}
 	simAddr, hookAddr = env.SimAddr(), env.HookAddr()
 	juiceAt := "juice-sim " + simAddr
 	if legacy != nil {
@@ -167,6 +173,16 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	defer c.stopJuice()
+	if c.accounting() && dbdOutage > 0 {
+		url, token := "http://"+simAddr, c.tokenFile
+		if legacy != nil {
+			url, token = legacy.Get("JUICE_LEGACY_URL"), legacy.Get("JUICE_LEGACY_TOKEN_FILE")
+		}
+		if err := c.holdForeign(ctx, url, token); err != nil {
+			return err
+		}
+		defer func() { _ = c.cancelForeign(context.Background()) }()
+	}
 	ctlLog := filepath.Join(env.LogDir(), "chaos-controller.log")
 	_ = os.Remove(ctlLog)
 	startCtl := func() error {
@@ -177,7 +193,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 			"--hook-cert", env.HookCert(), "--hook-key", env.HookKey(), "--scontrol", env.Scontrol(),
 			"--state-dir", env.Get("JUICE_TESTBED_SESSIONS_DIR"),
 			"--hook-listen", hookAddr, "--poll-interval", "500ms", "--session-poll", "200ms", "--lease-ttl", "3s",
-			"--sweep-interval", "15s", "--log-format", "json"}, juiceArgs...)...)
+			"--sweep-interval", "15s", "--log-format", "json"}, append(juiceArgs, c.licenseArgs()...)...)...)
 		if err := testbed.StartLogged(cmd, ctlLog); err != nil {
 			return err
 		}
@@ -190,6 +206,12 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 	defer func() { testbed.StopProcess(c.controller) }()
 	if err := c.env.WaitHook(hookAddr, "/readyz", 60*time.Second); err != nil {
 		return err
+	}
+	if c.dbd.juice != nil {
+		c.dbd.start = c.dbd.full - c.dbd.held
+		if err := c.waitLicense(ctx, c.dbd.start, 90*time.Second, "the controller's first license sync"); err != nil {
+			return err
+		}
 	}
 	return c.disturb(ctx, startCtl, nJobs, nKills, outage, errRate, latency, out)
 }
@@ -318,11 +340,19 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 			restStopped = true
 			restBack = time.Now().Add(outage)
 		}
+		if k == 0 {
+			if err := c.restartSlurmdbd(); err != nil {
+				return err
+			}
+		}
 		if restStopped && !restBack.IsZero() && time.Now().After(restBack) {
 			if err := restUp(); err != nil {
 				return err
 			}
 			restBack = time.Time{}
+			if err := c.stopSlurmdbd(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	if !restBack.IsZero() {
@@ -330,6 +360,13 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 		if err := restUp(); err != nil {
 			return err
 		}
+	}
+	// slurmdbd's outage, after slurmrestd's (whose return would start it again), while the jobs still run.
+	if err := c.stopSlurmdbd(ctx); err != nil {
+		return err
+	}
+	if err := c.slurmdbdBack(); err != nil {
+		return err
 	}
 
 	logf("waiting for every job to finish")
@@ -441,6 +478,7 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 			}
 		}
 	}
+	problems = append(problems, c.checkLicense(ctx)...)
 	if len(notCompleted) > 0 {
 		problems = append(problems, fmt.Sprintf("%d jobs did not complete: %s", len(notCompleted), strings.Join(notCompleted, " ")))
 	}
@@ -459,10 +497,10 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 | controller kill -9 | %d (longest restart to healthy: %s) |
 | %s |
 | slurmrestd stopped | %v (%s) |
-| %s |
+%s| %s |
 | wall time | %s |
 `, time.Now().Format(time.DateTime), len(ids), len(ids)-len(notCompleted), requeued, runs, failedRuns, len(sessions), leaked,
-		twoSessions, c.kills, maxDown.Round(time.Millisecond), pgLine(pgRestarted, c.failedOver), restStopped, outage, juiceSide(errRate, latency),
+		twoSessions, c.kills, maxDown.Round(time.Millisecond), pgLine(pgRestarted, c.failedOver), restStopped, outage, c.dbdLines(), juiceSide(errRate, latency),
 		time.Since(start).Round(time.Second))
 	fmt.Println()
 	fmt.Print(report)
