@@ -37,6 +37,7 @@ type PollerStore interface {
 	Bind(ctx context.Context, run reconcile.RunID) (int64, error)
 	Ensure(ctx context.Context, nrs []reconcile.NewReservation) ([]reconcile.Reservation, error)
 	ObserveJob(ctx context.Context, id uuid.UUID, jobState, jobReason string) error
+	ObserveTimes(ctx context.Context, id uuid.UUID, start, end time.Time) error
 	Unwant(ctx context.Context, id uuid.UUID, reason string, over bool) (bool, error)
 }
 
@@ -49,7 +50,8 @@ type PollerStore interface {
 //     (reconcile.Reservable): CONFIGURING, RUNNING or SUSPENDED, or PENDING and picked by the look-ahead;
 //   - marks not wanted each open reservation whose run ended, was cancelled, was requeued (a new run replaces
 //     it), is held, or vanished from slurmctld;
-//   - records the job's state and pending reason, for the job actor and for people.
+//   - records the job's state and pending reason, for the job actor and for people, and when Slurm started and
+//     ended each run (for juice-slurm report: what Slurm charged the pool's license).
 type Poller struct {
 	Slurm     Slurm
 	Store     PollerStore
@@ -166,6 +168,11 @@ func (p *Poller) apply(ctx context.Context, ch plan.Changes) error {
 			if err != nil {
 				return err
 			}
+		}
+	}
+	for _, t := range ch.Times {
+		if err := p.Store.ObserveTimes(ctx, t.ID, t.Start, t.End); err != nil {
+			return err
 		}
 	}
 	known := ch.Track

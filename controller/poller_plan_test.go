@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
@@ -70,6 +72,28 @@ func (m *memStore) ObserveJob(_ context.Context, id uuid.UUID, state, reason str
 	r.JobState, r.JobReason = state, reason
 	m.writes = append(m.writes, fmt.Sprintf("observe %s %s %q", r.Run, state, reason))
 	return nil
+}
+
+// ObserveTimes writes each time once, on an open or an ended reservation, as the store does.
+func (m *memStore) ObserveTimes(_ context.Context, id uuid.UUID, start, end time.Time) error {
+	for _, list := range [][]reconcile.Tracked{m.open, m.ended} {
+		for i := range list {
+			r := &list[i]
+			if r.ID != id {
+				continue
+			}
+			if !start.IsZero() && !r.HasStart {
+				r.HasStart = true
+				m.writes = append(m.writes, fmt.Sprintf("start %s %s", r.Run, start.UTC().Format(time.TimeOnly)))
+			}
+			if !end.IsZero() && !r.HasEnd {
+				r.HasEnd = true
+				m.writes = append(m.writes, fmt.Sprintf("end %s %s", r.Run, end.UTC().Format(time.TimeOnly)))
+			}
+			return nil
+		}
+	}
+	panic(fmt.Sprintf("no reservation %s", id))
 }
 
 // Unwant writes only what changes, as the store does.
@@ -140,4 +164,42 @@ func TestPollerDoesNotReserveARunThatIsOver(t *testing.T) {
 	require.NoError(t, p.Poll(ctx))
 	require.Equal(t, []string{"ensure c1/51.0"}, st.take())
 	require.Len(t, queued.ids, 1)
+}
+
+// Slurm's start and end of a run are recorded once each, the end on a reservation the epilog already released
+// (the poller saw the job end after the release): what juice-slurm report charges as Slurm does (the cases:
+// reconcile/plan's TestPlanRecordsSlurmsTimes).
+func TestPollerRecordsSlurmsTimesOfARun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	slurm, st := fakeslurm.New(), &memStore{}
+	p, _ := memPoller(slurm, st)
+	start := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	run := reconcile.RunID{Cluster: "c1", JobID: 60}
+	st.open = []reconcile.Tracked{{ID: uuid.New(), Run: run, State: reconcile.StateReady, JobState: "RUNNING", JobReason: "None"}}
+	job := fakeslurm.JuiceJob(60, 0, slurmrest.StatePending, trackReq)
+	job.StartTime = start // Slurm's estimate while pending: not a start
+	job.State = slurmrest.StatePending
+	slurm.Set(job)
+	p.Kick()
+	require.NoError(t, p.Poll(ctx))
+	require.NotContains(t, strings.Join(st.take(), "\n"), "start", "a pending job's start_time is an estimate")
+
+	job.State = slurmrest.StateRunning
+	slurm.Set(job)
+	p.Kick()
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, []string{`observe c1/60.0 RUNNING "None"`, "start c1/60.0 10:00:00"}, st.take())
+	p.Kick()
+	require.NoError(t, p.Poll(ctx))
+	require.Empty(t, st.take(), "written once")
+
+	// The epilog released the run before the poller saw the job end.
+	st.ended, st.open = st.open, nil
+	st.ended[0].State = reconcile.StateReleased
+	job.State, job.EndTime = slurmrest.StateCompleted, start.Add(90*time.Second)
+	slurm.Set(job)
+	p.Kick()
+	require.NoError(t, p.Poll(ctx))
+	require.Equal(t, []string{"end c1/60.0 10:01:30"}, st.take())
 }

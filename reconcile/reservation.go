@@ -78,6 +78,8 @@ type Tracked struct {
 	RunOver bool
 	// JobState and JobReason are the spec's: what Slurm last said of the job.
 	JobState, JobReason string
+	// HasStart and HasEnd: Slurm's start and end of the run's job are recorded (Store.ObserveTimes).
+	HasStart, HasEnd bool
 }
 
 // Reservation is one run's reservation, as stored.

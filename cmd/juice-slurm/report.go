@@ -30,6 +30,11 @@ cancelled), or now for a run that still holds one. Only the part of that holding
                   GPUs x the pool's GPU VRAM (pool.<name>.gpu_vram in the site policy) in GiB x hours held.
                   Whole GPUs of a pool whose GPU VRAM the policy does not give are not counted there: their
                   GPU-hours are shown apart (UNKNOWN-VRAM GPU-HOURS), never guessed.
+  CHARGED         what Slurm charged the pool's license juice_<pool>@juice, as sacct and sreport count it: each
+                  run Slurm started, its license count (its GPUs; a VRAM slice 1) x hours from the job's start to
+                  its end in Slurm, within [since, until). CHARGED RUNS counts those runs. It differs from
+                  GPU-hours by the look-ahead (a session is ready before Slurm starts the job) and the release
+                  after the job's end; a run whose job Slurm never started is charged nothing.
 A run with no account known (reserved before juice-slurm recorded accounts) counts under "(none)". Runs pruned
 by the retention (retention, default 30 days after they ended) are no longer counted.
 
@@ -77,6 +82,8 @@ type reportRow struct {
 	GPUHours          float64 `json:"gpu_hours"`
 	VRAMGiBHours      float64 `json:"vram_gib_hours"`
 	UnknownVRAMGPUHrs float64 `json:"unknown_vram_gpu_hours"`
+	ChargedRuns       int     `json:"charged_runs"`
+	ChargedGPUHours   float64 `json:"charged_gpu_hours"`
 }
 
 type reportOut struct {
@@ -112,6 +119,8 @@ func summarize(us []store.Usage, limits *policy.Policy) ([]reportRow, reportRow,
 		}
 		for _, row := range []*reportRow{r, &total} {
 			row.Runs += u.Runs
+			row.ChargedRuns += u.ChargedRuns
+			row.ChargedGPUHours += u.ChargedGPUSeconds / 3600
 			row.GPUHours += u.GPUSeconds / 3600
 			row.VRAMGiBHours += vramGiBHours
 			row.UnknownVRAMGPUHrs += unknownHours
@@ -183,22 +192,24 @@ func runReport(ctx context.Context, out io.Writer, args []string) error {
 			Total: total, UnknownVRAMPools: unknown})
 	case "csv":
 		w := csv.NewWriter(out)
-		w.Write([]string{*o.by, "runs", "gpu_hours", "vram_gib_hours", "unknown_vram_gpu_hours"})
+		w.Write([]string{*o.by, "runs", "gpu_hours", "vram_gib_hours", "unknown_vram_gpu_hours", "charged_runs", "charged_gpu_hours"})
 		for _, r := range rows {
-			w.Write([]string{r.Key, strconv.Itoa(r.Runs), hours(r.GPUHours, 4), hours(r.VRAMGiBHours, 4), hours(r.UnknownVRAMGPUHrs, 4)})
+			w.Write([]string{r.Key, strconv.Itoa(r.Runs), hours(r.GPUHours, 4), hours(r.VRAMGiBHours, 4), hours(r.UnknownVRAMGPUHrs, 4),
+				strconv.Itoa(r.ChargedRuns), hours(r.ChargedGPUHours, 4)})
 		}
 		w.Flush()
 		return w.Error()
 	}
 	fmt.Fprintf(out, "cluster %s, %s to %s\n", cluster, since.Local().Format(dated), until.Local().Format(dated))
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "%s\tRUNS\tGPU-HOURS\tVRAM-GIB-HOURS\tUNKNOWN-VRAM GPU-HOURS\t\n", strings.ToUpper(*o.by))
+	fmt.Fprintf(w, "%s\tRUNS\tGPU-HOURS\tVRAM-GIB-HOURS\tUNKNOWN-VRAM GPU-HOURS\tCHARGED RUNS\tCHARGED GPU-HOURS\t\n", strings.ToUpper(*o.by))
 	for _, r := range append(rows, total) {
 		key := r.Key
 		if key == "" {
 			key = "(none)"
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t\n", key, r.Runs, hours(r.GPUHours, 2), hours(r.VRAMGiBHours, 2), hours(r.UnknownVRAMGPUHrs, 2))
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t\n", key, r.Runs, hours(r.GPUHours, 2), hours(r.VRAMGiBHours, 2),
+			hours(r.UnknownVRAMGPUHrs, 2), r.ChargedRuns, hours(r.ChargedGPUHours, 2))
 	}
 	if err := w.Flush(); err != nil {
 		return err

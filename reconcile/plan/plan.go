@@ -81,6 +81,8 @@ type Changes struct {
 	Create []reconcile.NewReservation
 	// Observe: what to record of each open run's job, and the runs that no longer want their session.
 	Observe []Observation
+	// Times: Slurm's start and end of runs' jobs to record, for open and ended reservations alike.
+	Times []Times
 	// Track: the open reservations' runs that have a job id, for the cache to track between listings.
 	Track []reconcile.RunID
 	// Unread: what the plan could not read of the snapshot, for the log.
@@ -91,6 +93,13 @@ type Changes struct {
 type Bind struct {
 	ID  uuid.UUID
 	Run reconcile.RunID
+}
+
+// Times are when Slurm started and ended the run of reservation ID (zero: not to write): the job's start_time
+// and end_time, which sacct and sreport charge its licenses by.
+type Times struct {
+	ID         uuid.UUID
+	Start, End time.Time
 }
 
 // An Observation is what Slurm says of one open reservation's job.
@@ -115,7 +124,8 @@ type Observation struct {
 //     Over takes no place in the look-ahead; a live one keeps its place;
 //   - lets go each open run whose job ended, was requeued (a new run replaces it), is held, or vanished (for a
 //     hold, without ending the run);
-//   - records each open run's job state and pending reason when they changed.
+//   - records each open run's job state and pending reason when they changed;
+//   - records when Slurm started and ended each run, open or ended, once it has (times).
 func Plan(snap Snapshot, runs Runs, look reconcile.Lookahead) Changes {
 	var ch Changes
 	open := append([]reconcile.Tracked(nil), runs.Open...)
@@ -131,7 +141,45 @@ func Plan(snap Snapshot, runs Runs, look reconcile.Lookahead) Changes {
 			ch.Track = append(ch.Track, r.Run)
 		}
 	}
+	for _, list := range [][]reconcile.Tracked{open, runs.Ended} {
+		for i := range list {
+			if t, ok := times(snap, &list[i]); ok {
+				ch.Times = append(ch.Times, t)
+			}
+		}
+	}
 	return ch
+}
+
+// times says when Slurm started and ended r's run, where the snapshot shows the job at that run and r does not
+// have them yet. A start_time counts once the job has started (before, it is Slurm's estimate); an end_time once
+// it has ended (before, it is the time limit's). A job cancelled while pending has both, equal: no time.
+func times(snap Snapshot, r *reconcile.Tracked) (Times, bool) {
+	if r.Run.Unbound() || (r.HasStart && r.HasEnd) {
+		return Times{}, false
+	}
+	var j *slurmrest.Job
+	if job, listed := snap.Jobs[r.Run.JobID]; listed {
+		j = &job.Job
+	} else if j = snap.Read[r.Run.JobID]; j == nil {
+		return Times{}, false
+	}
+	if j.Run != r.Run.Run {
+		return Times{}, false
+	}
+	var t Times
+	ended := j.State.IsFinished()
+	if !r.HasStart && !j.StartTime.IsZero() && (ended || j.State == slurmrest.StateCompleting || reconcile.Started(string(j.State))) {
+		t.Start = j.StartTime
+	}
+	if !r.HasEnd && ended && !j.EndTime.IsZero() {
+		t.End = j.EndTime
+	}
+	if t.Start.IsZero() && t.End.IsZero() {
+		return Times{}, false
+	}
+	t.ID = r.ID
+	return t, true
 }
 
 // bind finds the open reservations of array elements reserved ahead whose element the snapshot shows as a job of

@@ -297,3 +297,47 @@ func TestPlanReportsUnreadArrays(t *testing.T) {
 	require.Len(t, ch.Unread, 1)
 	require.Contains(t, fmt.Sprint(ch.Unread[0]), "array 40")
 }
+
+// When Slurm started and ended a run is recorded once each, for open and ended reservations alike, and only from
+// the job at that run: a pending job's start_time is Slurm's estimate, a running job's end_time its time limit,
+// and a requeued job's times are its new run's.
+func TestPlanRecordsSlurmsTimes(t *testing.T) {
+	start, end := at.Add(-time.Hour), at.Add(-time.Minute)
+	timed := func(j Job) Job { j.StartTime, j.EndTime = start, end; return j }
+	known := func(r reconcile.Tracked, s, e bool) reconcile.Tracked { r.HasStart, r.HasEnd = s, e; return r }
+	for _, c := range []struct {
+		name  string
+		job   Job
+		rec   reconcile.Tracked
+		start bool // want the start written
+		end   bool // want the end written
+	}{
+		{"pending: an estimate", timed(job(1, 0, slurmrest.StatePending, 1)), rec(run(1, 0), reconcile.StateReady, false), false, false},
+		{"configuring", timed(job(1, 0, slurmrest.StateConfiguring, 1)), rec(run(1, 0), reconcile.StateRequesting, false), true, false},
+		{"running: the end is the time limit", timed(job(1, 0, slurmrest.StateRunning, 1)), rec(run(1, 0), reconcile.StateReady, false), true, false},
+		{"running, start known", timed(job(1, 0, slurmrest.StateRunning, 1)), known(rec(run(1, 0), reconcile.StateReady, false), true, false), false, false},
+		{"completing", timed(job(1, 0, slurmrest.StateCompleting, 1)), rec(run(1, 0), reconcile.StateReady, false), true, false},
+		{"completed, released by the epilog", timed(job(1, 0, slurmrest.StateCompleted, 1)), rec(run(1, 0), reconcile.StateReleased, true), true, true},
+		{"completed, start known", timed(job(1, 0, slurmrest.StateCompleted, 1)), known(rec(run(1, 0), reconcile.StateReleased, true), true, false), false, true},
+		{"completed, both known", timed(job(1, 0, slurmrest.StateCompleted, 1)), known(rec(run(1, 0), reconcile.StateReleased, true), true, true), false, false},
+		{"cancelled while pending: start = end", timed(job(1, 0, slurmrest.StateCancelled, 1)), rec(run(1, 0), reconcile.StateReleased, false), true, true},
+		{"requeued: run 1's times", timed(job(1, 1, slurmrest.StateCompleted, 1)), rec(run(1, 0), reconcile.StateReleased, false), false, false},
+		{"an element reserved ahead", timed(remainder("1-3")), rec(elem(1), reconcile.StateReady, false), false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ch := Plan(snapshot(c.job), byFinal([]reconcile.Tracked{c.rec}), reconcile.Lookahead{})
+			want := Times{ID: c.rec.ID}
+			if c.start {
+				want.Start = start
+			}
+			if c.end {
+				want.End = end
+			}
+			if !c.start && !c.end {
+				require.Empty(t, ch.Times)
+				return
+			}
+			require.Equal(t, []Times{want}, ch.Times)
+		})
+	}
+}

@@ -123,6 +123,11 @@ var (
 		WHERE cluster = $1 AND id = $2 AND state NOT IN ('released', 'failed') AND (job_state <> $3 OR job_reason <> $4)
 			AND NOT ($3 = 'PENDING' AND job_state IN (` + sqlStrings(reconcile.StartedStates) + `))
 		RETURNING ` + notify("juice_reservations", "observed")
+	// Slurm's start and end of a run's job, each written once (NULL: not known yet), on a final reservation too:
+	// the epilog often releases a run before the poller sees its job's end. Nobody waits on them: no NOTIFY.
+	sqlObserveTimes = `UPDATE juice_reservations SET job_start = coalesce(job_start, $3), job_end = coalesce(job_end, $4)
+		WHERE cluster = $1 AND id = $2
+			AND ((job_start IS NULL AND $3::timestamptz IS NOT NULL) OR (job_end IS NULL AND $4::timestamptz IS NOT NULL))`
 )
 
 // The reconciler's statement: the status, based on the version it read.
@@ -155,7 +160,8 @@ var (
 	sqlLatestRun = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
 		ORDER BY created_at DESC, id DESC LIMIT 1`
 	// Every reservation of one run, open or final, as sqlTracked reads them: what reconcile.Reservable needs.
-	sqlRunReservations = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason
+	sqlRunReservations = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason,
+			job_start IS NOT NULL, job_end IS NOT NULL
 		FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3`
 	sqlByJob = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 ORDER BY run, created_at`
 	// An array's elements, bound or not, by task id.
@@ -169,14 +175,16 @@ var (
 	sqlOpenIDs = `SELECT id FROM juice_reservations WHERE cluster = $1 AND state NOT IN ('released', 'failed')
 		AND ($2 OR NOT ` + steady + `) ORDER BY created_at`
 	// The open runs as the poller compares them with Slurm: which run, where it stands, what Slurm said last.
-	sqlTracked = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason
+	sqlTracked = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason,
+			job_start IS NOT NULL, job_end IS NOT NULL
 		FROM juice_reservations WHERE cluster = $1 AND state NOT IN ('released', 'failed') ORDER BY created_at`
 	// The ready runs, for the liveness watch: what a pool walk is compared with.
 	sqlReady = `SELECT id, pool, session_id, agent_address, ready_at FROM juice_reservations
 		WHERE cluster = $1 AND state = 'ready'`
 	// The final reservations of the given jobs' runs, as sqlTracked reads the open ones: what reconcile.Reservable
 	// needs besides them. An array's elements are found by their array's id too (bound to a job id or not).
-	sqlEnded = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason
+	sqlEnded = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason,
+			job_start IS NOT NULL, job_end IS NOT NULL
 		FROM juice_reservations
 		WHERE cluster = $1 AND (job_id = ANY($2) OR array_job_id = ANY($2)) AND state IN ('released', 'failed')`
 	sqlEvents = `SELECT e.from_state, e.to_state, e.event, e.reason, e.at FROM juice_events e
@@ -200,20 +208,38 @@ var (
 )
 
 // sqlUsage is the accounting of juice-slurm report, grouped by keyColumn (user_name, account or pool; never a
-// user's text) and pool: each run whose session was ready within [$2, $3) counts the part of its holding that
-// falls within it. A run holds its session from ready_at until its reservation became final (released or failed:
-// its session was cancelled, updated_at) or, while it is not final, until now. Per group: the runs, GPU-seconds
-// (gpus × seconds), the byte-seconds of VRAM slices, and the GPU-seconds of runs that asked for whole GPUs (whose
-// VRAM is the pool's, known only to the site policy).
+// user's text) and pool, on two bases, each counting only the part of a run's time within [$2, $3):
+//
+//   - held: each run whose session was ready within the period. A run holds its session from ready_at until its
+//     reservation became final (released or failed: its session was cancelled, updated_at) or, while it is not
+//     final, until now. Per group: the runs, GPU-seconds (gpus × seconds), the byte-seconds of VRAM slices, and
+//     the GPU-seconds of runs that asked for whole GPUs (whose VRAM is the pool's, known only to the site policy).
+//   - charged: what Slurm charged the pool's license, as sacct and sreport count it: each run Slurm started, from
+//     its job's start_time to its end_time (job_start, job_end), the license's count being the run's GPUs (a VRAM
+//     slice takes 1: licenses.For). A run is counted once, whichever of its reservations carries the times. One
+//     whose end was never seen (its job requeued or purged first) counts until its reservation became final, or
+//     now while it is open.
 func sqlUsage(keyColumn string) string {
-	return `SELECT key, pool, count(*), sum(gpus * s),
-			sum(CASE WHEN vram > 0 THEN vram::float8 * gpus * s ELSE 0 END),
-			sum(CASE WHEN vram = 0 THEN gpus * s ELSE 0 END)
-		FROM (SELECT ` + keyColumn + ` AS key, pool, gpus, vram,
-				extract(epoch FROM least(CASE WHEN state IN ('released', 'failed') THEN updated_at ELSE now() END, $3)
-					- greatest(ready_at, $2))::float8 AS s
-			FROM juice_reservations WHERE cluster = $1 AND ready_at IS NOT NULL AND ready_at < $3) held
-		WHERE s > 0 GROUP BY key, pool ORDER BY key, pool`
+	return `SELECT key, pool, sum(runs)::int, sum(gs), sum(sb), sum(ws), sum(cruns)::int, sum(cgs)
+		FROM (
+			SELECT key, pool, count(*) AS runs, sum(gpus * s) AS gs,
+					sum(CASE WHEN vram > 0 THEN vram::float8 * gpus * s ELSE 0 END) AS sb,
+					sum(CASE WHEN vram = 0 THEN gpus * s ELSE 0 END) AS ws, 0::bigint AS cruns, 0::float8 AS cgs
+				FROM (SELECT ` + keyColumn + ` AS key, pool, gpus, vram,
+						extract(epoch FROM least(CASE WHEN state IN ('released', 'failed') THEN updated_at ELSE now() END, $3)
+							- greatest(ready_at, $2))::float8 AS s
+					FROM juice_reservations WHERE cluster = $1 AND ready_at IS NOT NULL AND ready_at < $3) held
+				WHERE s > 0 GROUP BY key, pool
+			UNION ALL
+			SELECT key, pool, 0, 0, 0, 0, count(*), sum(gpus * s)
+				FROM (SELECT DISTINCT ON (job_id, run) ` + keyColumn + ` AS key, pool, gpus,
+						extract(epoch FROM least(coalesce(job_end,
+								CASE WHEN state IN ('released', 'failed') THEN updated_at ELSE now() END), $3)
+							- greatest(job_start, $2))::float8 AS s
+					FROM juice_reservations WHERE cluster = $1 AND job_start IS NOT NULL AND job_start < $3
+					ORDER BY job_id, run, job_end DESC NULLS LAST) charged
+				WHERE s > 0 GROUP BY key, pool) u
+		GROUP BY key, pool ORDER BY key, pool`
 }
 
 // The leader lease.

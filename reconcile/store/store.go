@@ -365,6 +365,22 @@ func (s *Store) ObserveJob(ctx context.Context, id uuid.UUID, jobState, jobReaso
 	return nil
 }
 
+// ObserveTimes records when Slurm started and ended a reservation's run (zero: not known), each once.
+func (s *Store) ObserveTimes(ctx context.Context, id uuid.UUID, start, end time.Time) error {
+	if _, err := s.pool.Exec(ctx, sqlObserveTimes, s.cluster, id, nullTime(start), nullTime(end)); err != nil {
+		return fmt.Errorf("record Slurm's times of reservation %s: %w", id, err)
+	}
+	return nil
+}
+
+// nullTime is t, or NULL for the zero time.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
 // Get returns a reservation, without its sealed session file.
 func (s *Store) Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error) {
 	r, err := scanOne(s.pool.Query(ctx, sqlByID, s.cluster, id))
@@ -510,7 +526,8 @@ func (s *Store) scanTracked(rows pgx.Rows, err error) ([]reconcile.Tracked, erro
 		var r reconcile.Tracked
 		var jobID, array, task *int64
 		var run int
-		if err := row.Scan(&r.ID, &jobID, &run, &array, &task, &r.State, &r.RunOver, &r.JobState, &r.JobReason); err != nil {
+		if err := row.Scan(&r.ID, &jobID, &run, &array, &task, &r.State, &r.RunOver, &r.JobState, &r.JobReason,
+			&r.HasStart, &r.HasEnd); err != nil {
 			return r, err
 		}
 		r.Run = runID(s.cluster, jobID, run, array, task)
@@ -624,7 +641,7 @@ type Usage struct {
 	// Key is the user, account or pool; empty when the run's was not known (an account before migration 6).
 	Key  string
 	Pool string
-	// Runs counts the runs whose holding overlaps the period.
+	// Runs counts the runs whose holding overlaps the period (0: only charged).
 	Runs int
 	// GPUSeconds is GPUs × seconds held, within the period.
 	GPUSeconds float64
@@ -632,6 +649,10 @@ type Usage struct {
 	SliceByteSeconds float64
 	// WholeGPUSeconds is the part of GPUSeconds of runs that asked for whole GPUs (no VRAM slice).
 	WholeGPUSeconds float64
+	// ChargedRuns and ChargedGPUSeconds are what Slurm charged the pool's license: the runs Slurm ran within the
+	// period, and their license count (GPUs, a VRAM slice 1) × seconds from the job's start to its end.
+	ChargedRuns       int
+	ChargedGPUSeconds float64
 }
 
 // Usage reports the cluster's use of GPUs from since to until, by user, account or pool, and pool.
@@ -646,7 +667,8 @@ func (s *Store) Usage(ctx context.Context, by UsageBy, since, until time.Time) (
 	}
 	us, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Usage, error) {
 		var u Usage
-		err := row.Scan(&u.Key, &u.Pool, &u.Runs, &u.GPUSeconds, &u.SliceByteSeconds, &u.WholeGPUSeconds)
+		err := row.Scan(&u.Key, &u.Pool, &u.Runs, &u.GPUSeconds, &u.SliceByteSeconds, &u.WholeGPUSeconds,
+			&u.ChargedRuns, &u.ChargedGPUSeconds)
 		return u, err
 	})
 	if err != nil {

@@ -612,3 +612,40 @@ func TestObserveJobNeverMakesAStartedRunPending(t *testing.T) {
 	require.NoError(t, s.ObserveJob(ctx, r.ID, "COMPLETING", "None"))
 	require.Equal(t, "COMPLETING", state())
 }
+
+// Slurm's start and end of a run are written once each, on a final reservation too (the epilog released it
+// before the poller saw the job end); Tracked and Ended say which are known, so the poller writes each once.
+func TestObserveTimesWritesEachOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s := newStores(t, "c")
+	r, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: 42},
+		Request: request.Request{Pool: "p", GPUs: 1}, JobState: "RUNNING"})
+	known := func() (bool, bool) {
+		open, err := s.Tracked(ctx)
+		require.NoError(t, err)
+		ended, err := s.Ended(ctx, []uint32{42})
+		require.NoError(t, err)
+		for _, tr := range append(open, ended...) {
+			if tr.ID == r.ID {
+				return tr.HasStart, tr.HasEnd
+			}
+		}
+		t.Fatal("not listed")
+		return false, false
+	}
+	start := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	require.NoError(t, s.ObserveTimes(ctx, r.ID, start, time.Time{}))
+	hasStart, hasEnd := known()
+	require.True(t, hasStart)
+	require.False(t, hasEnd)
+	_, err := s.Pool().Exec(ctx, `UPDATE juice_reservations SET state = 'released' WHERE id = $1`, r.ID)
+	require.NoError(t, err)
+	require.NoError(t, s.ObserveTimes(ctx, r.ID, start.Add(time.Hour), start.Add(time.Minute)))
+	hasStart, hasEnd = known()
+	require.True(t, hasStart && hasEnd, "the end, on the released reservation")
+	require.NoError(t, s.ObserveTimes(ctx, r.ID, start.Add(time.Hour), start.Add(time.Hour)))
+	var got [2]time.Time
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT job_start, job_end FROM juice_reservations WHERE id = $1`, r.ID).Scan(&got[0], &got[1]))
+	require.True(t, got[0].Equal(start) && got[1].Equal(start.Add(time.Minute)), "each written once: %v", got)
+}

@@ -4,8 +4,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -225,6 +227,83 @@ func TestSacctShowsTheLicenseUse(t *testing.T) {
 		})
 		require.Contains(t, strings.Split(strings.TrimSpace(out), ","), c.want, "job %d (%v): %s", job, c.ask, out)
 	}
+}
+
+// (g): juice-slurm report charges what sacct shows: for each run Slurm ran, the license count (its GPUs, a VRAM
+// slice 1) × its elapsed time in Slurm, summed per account. The controller records each run's start and end as
+// slurmrestd gives them (the poller), and sacct's Elapsed is the same end less the same start, so the two agree to
+// the second. (sreport reads the same job records after slurmdbd's hourly rollup, which a test cannot wait for.)
+// Account chem is this test's alone.
+func TestReportChargesWhatSacctShows(t *testing.T) {
+	requireLicensed(t)
+	since := time.Now().Add(-2 * time.Second).Truncate(time.Second)
+	var jobs []uint32
+	for _, ask := range [][]string{
+		{"--juice-pool=test", "--juice-gpu-count=2", "--wrap", "sleep 3"},
+		{"--juice-pool=test", "--juice-vram=8", "--wrap", "sleep 2"},
+		{"--juice-pool=test", "--wrap", "sleep 1"},
+	} {
+		jobs = append(jobs, sbatch(t, append([]string{"--account=chem", "-o", "/dev/null"}, ask...)...))
+	}
+	for _, job := range jobs {
+		require.Equal(t, slurmrest.StateCompleted, waitJobDone(t, job, 2*time.Minute).State, "job %d", job)
+	}
+
+	// sacct: license/juice_test@juice=N in AllocTRES × ElapsedRaw (seconds), per job.
+	var sacctSeconds float64
+	for _, job := range jobs {
+		var out string
+		waitFor(t, 30*time.Second, fmt.Sprintf("sacct knows job %d's end", job), func() bool {
+			out, _ = slurm(t, 10*time.Second, "sacct", "-n", "-X", "-P", "-j", strconv.Itoa(int(job)), "-o", "alloctres,elapsedraw,state")
+			return strings.Contains(out, "license/") && strings.Contains(out, "COMPLETED")
+		})
+		fields := strings.Split(strings.TrimSpace(out), "|")
+		require.Len(t, fields, 3, out)
+		elapsed, err := strconv.Atoi(fields[1])
+		require.NoError(t, err, out)
+		m := regexp.MustCompile(`license/juice_test@juice=(\d+)`).FindStringSubmatch(fields[0])
+		require.NotNil(t, m, out)
+		n, _ := strconv.Atoi(m[1])
+		require.Positive(t, elapsed, "job %d: %s", job, out)
+		sacctSeconds += float64(n * elapsed)
+	}
+
+	// The poller records each run's end once it sees the job ended (often after the epilog released the run).
+	s := openStore(t)
+	ids := make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i] = int64(j)
+	}
+	waitFor(t, 60*time.Second, "the controller has Slurm's end of each run", func() bool {
+		var n int
+		require.NoError(t, s.Pool().QueryRow(context.Background(),
+			`SELECT count(DISTINCT job_id) FROM juice_reservations WHERE job_id = ANY($1) AND job_end IS NOT NULL`, ids).Scan(&n))
+		return n == len(jobs)
+	})
+	type row struct {
+		Key             string  `json:"key"`
+		ChargedRuns     int     `json:"charged_runs"`
+		ChargedGPUHours float64 `json:"charged_gpu_hours"`
+	}
+	var chem row
+	var out string
+	waitFor(t, 60*time.Second, "juice-slurm report charges the three runs", func() bool {
+		var code int
+		out, code = slurmless(t, filepath.Join(world.repo, "bin/juice-slurm"), "report", "--config=", "--database-url", world.dbURL,
+			"--cluster", world.env.Cluster(), "--policy", world.env.PolicyFile(), "--since", since.UTC().Format(time.RFC3339),
+			"--by", "account", "--format", "json")
+		require.Equal(t, 0, code, out)
+		var rep struct{ Rows []row }
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+		chem = row{}
+		for _, r := range rep.Rows {
+			if r.Key == "chem" {
+				chem = r
+			}
+		}
+		return chem.ChargedRuns == len(jobs)
+	})
+	require.InDelta(t, sacctSeconds, chem.ChargedGPUHours*3600, 1e-6, "sacct: %v GPU-seconds; juice-slurm report: %s", sacctSeconds, out)
 }
 
 // (c): a burst of 30 Juice jobs on a pool of one GPU. Slurm starts them one at a time as the pool's license
