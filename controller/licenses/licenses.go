@@ -291,8 +291,10 @@ func (s *Syncer) write(ctx context.Context, pool string, count int) error {
 	}
 	n := strconv.Itoa(count)
 	args := []string{"-i", "modify", "resource", "name=" + Name(pool), "server=" + Server, "set", "count=" + n}
-	// TODO(23.02+): report the GPUs others hold with `sacctmgr update resource ... set lastconsumed=N` and keep
-	// count at the pool's size; 22.05's sacctmgr has no lastconsumed, so the count carries it everywhere.
+	// The count carries the GPUs others hold, on every release: 22.05's sacctmgr has no lastconsumed, and on 23.02+
+	// slurmctld holds back lastconsumed less what its own jobs use when it applies it, a figure that moves between
+	// our read and its update, and our look-ahead sessions (for jobs still pending) would count as outside use and
+	// block the jobs they were made for (docs/admin.md, section 3).
 	if !known {
 		args = []string{"-i", "add", "resource", "name=" + Name(pool), "server=" + Server, "type=license",
 			"count=" + n, "cluster=" + s.Cluster, "percentallowed=100"}
