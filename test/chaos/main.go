@@ -80,7 +80,9 @@ type chaos struct {
 	restarts   []time.Duration // controller down time per kill
 	failedOver time.Duration   // with -pg-failover: from the primary's end to the controller's /readyz answering again
 	sim        *exec.Cmd
-	dbd        dbdChaos // slurmdbd's part (slurmdbd.go)
+	dbd        dbdChaos        // slurmdbd's part (slurmdbd.go)
+	events     []string        // Slurm's own failures made (slurm.go)
+	cancelled  map[uint32]bool // jobs the soak cancelled on purpose (soak.go)
 	errRate    float64
 	latency    time.Duration
 }
@@ -97,6 +99,10 @@ func main() {
 	// PostgreSQL is the host test bed's, shared by every release's run and guarded by the host's lock: the runs on
 	// the chroot test beds leave it alone (the controller's reconnect is the same code whatever the release).
 	flag.BoolVar(&restartPG, "restart-postgres", true, "restart PostgreSQL after the second kill")
+	flag.DurationVar(&soakFor, "soak", 0, "soak instead: one controller process under mixed load for this long (soak.go); -jobs, -kills and -rest-outage are not used")
+	flag.DurationVar(&soakSample, "sample", 30*time.Second, "with -soak: how often the controller is sampled")
+	flag.IntVar(&soakQueue, "soak-queue", 20, "with -soak: the jobs that may wait or run at once")
+	flag.BoolVar(&slurmEvents, "slurm-events", false, "also reconfigure slurmctld, restart munged and restart slurmctld during the run (slurm.go)")
 	flag.DurationVar(&dbdOutage, "dbd-outage", 60*time.Second, "how long slurmdbd is stopped, after a restart of it early in the run (on a bed with accounting); 0 leaves slurmdbd alone")
 	flag.BoolVar(&pgFailover, "pg-failover", false, "run on test/pgpair.sh's primary and standby (up already) and promote the standby after the second kill, instead of restarting PostgreSQL")
 	flag.Parse()
@@ -173,6 +179,10 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		return err
 	}
 	defer c.stopJuice()
+	if soakFor > 0 {
+		dbdOutage = 0 // the soak watches one process over time: slurmdbd's part is the chaos run's
+		c.dbd.outage = 0
+	}
 	if c.accounting() && dbdOutage > 0 {
 		url, token := "http://"+simAddr, c.tokenFile
 		if legacy != nil {
@@ -212,6 +222,9 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		if err := c.waitLicense(ctx, c.dbd.start, 90*time.Second, "the controller's first license sync"); err != nil {
 			return err
 		}
+	}
+	if soakFor > 0 {
+		return c.soak(ctx, out)
 	}
 	return c.disturb(ctx, startCtl, nJobs, nKills, outage, errRate, latency, out)
 }
@@ -280,7 +293,6 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 	// The disturbances, spread over the run: kills every few seconds, PostgreSQL restarted after the second
 	// kill, slurmrestd stopped after the third.
 	// PostgreSQL is always the host test bed's; slurmrestd is the test bed's own, brought back by its "up".
-	tb := filepath.Join(c.repo, "test/testbed.sh")
 	restRun := filepath.Join(env.RunDir(), "slurmrestd.pid")
 	up := env.UpCommand(c.repo)
 	restUp := func() error {
@@ -322,17 +334,10 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 		}
 		if k == 1 && restartPG && !pgFailover && !pgRestarted && legacy == nil { // the legacy controller shares the server: not with it
 			logf("restarting PostgreSQL")
-			if out, err := exec.Command("setpriv", "--reuid=postgres", "--regid=postgres", "--clear-groups",
-				"/usr/lib/postgresql/15/bin/pg_ctl", "-D", filepath.Join(env.Get("JUICE_TESTBED_DIR"), "pg/data"),
-				// -l: the restarted server must not inherit our pipe, or waiting for the output never ends.
-				"-l", filepath.Join(env.Get("JUICE_TESTBED_DIR"), "log/pg/postgres.log"),
-				"-m", "fast", "-w", "restart").CombinedOutput(); err != nil {
-				return fmt.Errorf("restart PostgreSQL: %v: %s", err, out)
+			if err := c.restartPostgres(); err != nil {
+				return err
 			}
 			pgRestarted = true
-			if out, err := exec.Command("bash", tb, "up").CombinedOutput(); err != nil {
-				return fmt.Errorf("test bed after the PostgreSQL restart: %v: %s", err, out)
-			}
 		}
 		if k == 2 && !restStopped {
 			logf("stopping slurmrestd for %s", outage)
@@ -344,6 +349,9 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 			if err := c.restartSlurmdbd(); err != nil {
 				return err
 			}
+		}
+		if err := c.slurmEvent(ctx, k, nKills); err != nil {
+			return err
 		}
 		if restStopped && !restBack.IsZero() && time.Now().After(restBack) {
 			if err := restUp(); err != nil {
@@ -369,6 +377,16 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 		return err
 	}
 
+	states, err := c.waitJobs(ctx, ids, start)
+	if err != nil {
+		return err
+	}
+	return c.verify(ctx, ids, states, start, pgRestarted, restStopped, outage, errRate, latency, out)
+}
+
+// waitJobs waits until every job has finished, then until no reservation is open, and returns what Slurm last
+// said of each job.
+func (c *chaos) waitJobs(ctx context.Context, ids []uint32, start time.Time) (map[uint32]*slurmrest.Job, error) {
 	logf("waiting for every job to finish")
 	states := map[uint32]*slurmrest.Job{}
 	for lastLog := time.Now(); ; {
@@ -387,7 +405,7 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 			}
 			if err != nil {
 				if ctx.Err() != nil {
-					return fmt.Errorf("jobs not finished in time: %d of %d done", done, len(ids))
+					return nil, fmt.Errorf("jobs not finished in time: %d of %d done", done, len(ids))
 				}
 				if time.Since(lastLog) > 10*time.Second {
 					logf("job %d: %v", id, err)
@@ -408,7 +426,7 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("jobs not finished in time: %d of %d done", done, len(ids))
+			return nil, fmt.Errorf("jobs not finished in time: %d of %d done", done, len(ids))
 		case <-time.After(time.Second):
 		}
 	}
@@ -419,11 +437,11 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 			break
 		}
 		if time.Since(settle) > 2*time.Minute {
-			return fmt.Errorf("%d reservations still open 2 minutes after the last job", len(open))
+			return nil, fmt.Errorf("%d reservations still open 2 minutes after the last job", len(open))
 		}
 		time.Sleep(time.Second)
 	}
-	return c.verify(ctx, ids, states, start, pgRestarted, restStopped, outage, errRate, latency, out)
+	return states, nil
 }
 
 func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slurmrest.Job, start time.Time,
@@ -450,7 +468,7 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 	}
 	for _, id := range ids {
 		j := states[id]
-		if j.State != slurmrest.StateCompleted {
+		if j.State != slurmrest.StateCompleted && !(c.cancelled[id] && j.State == slurmrest.StateCancelled) {
 			notCompleted = append(notCompleted, fmt.Sprintf("%d:%s", id, j.State))
 		}
 		if j.Run > 0 {
@@ -497,10 +515,10 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 | controller kill -9 | %d (longest restart to healthy: %s) |
 | %s |
 | slurmrestd stopped | %v (%s) |
-%s| %s |
+%s%s| %s |
 | wall time | %s |
 `, time.Now().Format(time.DateTime), len(ids), len(ids)-len(notCompleted), requeued, runs, failedRuns, len(sessions), leaked,
-		twoSessions, c.kills, maxDown.Round(time.Millisecond), pgLine(pgRestarted, c.failedOver), restStopped, outage, c.dbdLines(), juiceSide(errRate, latency),
+		twoSessions, c.kills, maxDown.Round(time.Millisecond), pgLine(pgRestarted, c.failedOver), restStopped, outage, c.dbdLines(), c.eventsLine(), juiceSide(errRate, latency),
 		time.Since(start).Round(time.Second))
 	fmt.Println()
 	fmt.Print(report)

@@ -8,7 +8,8 @@
 #     there (the hooks' check, curl's here);
 #   - juice-slurm status names the leader; an srun gets its GPUs through the replicas;
 #   - the leader killed (SIGKILL: no lease given back), the other takes the lease and the next srun gets its GPUs;
-#     nothing leaks.
+#   - the killed one started again, and the leader killed while an srun's prolog waits: the srun gets its GPUs,
+#     its job not requeued; nothing leaks.
 # The test bed's own controller is stopped for the run, and the bed's juice-config.sh put back and its services
 # started again at the end, whatever happened. Run by make test-replicas (under the host lock, after wire and
 # services).
@@ -166,11 +167,43 @@ log "leader now: $new"
 s2=$(job replicas-2)
 log "srun after the leader died got session $s2"
 [ "$s1" != "$s2" ] || fail "two jobs got the same session $s1"
-# Nothing leaks: both runs' reservations are released once their jobs ended.
+
+# A replica killed while a prolog waits (issue 25 item 3): the killed one back first, then an srun, and the leader
+# killed with -9 once slurmctld shows the job CONFIGURING (its prolog waiting for the session). The hook's call to
+# it breaks; the hook calls again, the other replica takes the lease and serves the prolog, and the task gets its
+# GPUs: the job is neither failed nor requeued.
+case $dead in
+"$pid_ctl1") start_replica ctl1 $A && wait_ready $A ;;
+*) start_replica ctl2 $B && wait_ready $B ;;
+esac
+leader=$(status | sed -n 's/^leader: \([^ ]*\) (lease until.*/\1/p')
+case $leader in
+*:"$pid_ctl1") dead=$pid_ctl1 ;;
+*:"$pid_ctl2") dead=$pid_ctl2 ;;
+*) fail "the leader $leader is neither replica (pids $pid_ctl1, $pid_ctl2)" ;;
+esac
+out3=$W/replicas-3.out
+(job replicas-3 >"$out3") &
+srun_pid=$!
+seen=""
+for i in $(seq 1 200); do
+	seen=$(squeue -h -n replicas-3 -o %T 2>/dev/null)
+	[ "$seen" = CONFIGURING ] && break
+	sleep 0.05
+done
+[ "$seen" = CONFIGURING ] || fail "srun replicas-3 was never seen CONFIGURING (last: ${seen:-gone})"
+kill -KILL "$dead"
+log "killed the leader (pid $dead) while job replicas-3's prolog waited"
+wait "$srun_pid" || fail "srun replicas-3 failed after the leader was killed during its prolog: $(cat "$out3")"
+s3=$(cat "$out3")
+log "srun whose prolog outlived the leader got session $s3"
+restarts=$(sacct -n -X -P --name replicas-3 -o restarts 2>/dev/null | tail -1 || true)
+[ "${restarts:-0}" = 0 ] || fail "job replicas-3 was requeued $restarts times"
+# Nothing leaks: every run's reservation is released once its job ended.
 for i in $(seq 1 60); do
 	open=$(status | awk '$1 == "test" {print $2 + $3 + $4 + $5 + $6}')
 	[ "${open:-0}" = 0 ] && break
 	sleep 1
 done
 [ "${open:-0}" = 0 ] || fail "reservations of pool test still open: $(status)"
-log "PASS: two replicas at their own addresses served the hooks, and the second took over from the leader"
+log "PASS: two replicas at their own addresses served the hooks, the second took over from the leader, and a prolog outlived the leader's death"
