@@ -294,14 +294,7 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 	// kill, slurmrestd stopped after the third.
 	// PostgreSQL is always the host test bed's; slurmrestd is the test bed's own, brought back by its "up".
 	restRun := filepath.Join(env.RunDir(), "slurmrestd.pid")
-	up := env.UpCommand(c.repo)
-	restUp := func() error {
-		logf("starting slurmrestd again")
-		if out, err := exec.Command(up[0], up[1:]...).CombinedOutput(); err != nil {
-			return fmt.Errorf("restart slurmrestd (%s): %v: %s", strings.Join(up, " "), err, out)
-		}
-		return nil
-	}
+	restUp := func() error { return c.bedUp("slurmrestd again") }
 	pgRestarted, restStopped := false, false
 	var restBack time.Time
 	for k := 0; k < nKills && ctx.Err() == nil; k++ {
