@@ -80,9 +80,10 @@ type chaos struct {
 	restarts   []time.Duration // controller down time per kill
 	failedOver time.Duration   // with -pg-failover: from the primary's end to the controller's /readyz answering again
 	sim        *exec.Cmd
-	dbd        dbdChaos        // slurmdbd's part (slurmdbd.go)
-	events     []string        // Slurm's own failures made (slurm.go)
-	cancelled  map[uint32]bool // jobs the soak cancelled on purpose (soak.go)
+	dbd        dbdChaos                  // slurmdbd's part (slurmdbd.go)
+	events     []string                  // Slurm's own failures made (slurm.go)
+	cancelled  map[uint32]bool           // jobs the soak cancelled on purpose (soak.go)
+	ended      map[uint32]*slurmrest.Job // jobs the soak saw finished while it ran (soak.go)
 	errRate    float64
 	latency    time.Duration
 }
@@ -382,6 +383,9 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 func (c *chaos) waitJobs(ctx context.Context, ids []uint32, start time.Time) (map[uint32]*slurmrest.Job, error) {
 	logf("waiting for every job to finish")
 	states := map[uint32]*slurmrest.Job{}
+	for id, j := range c.ended {
+		states[id] = j
+	}
 	for lastLog := time.Now(); ; {
 		done := 0
 		for _, id := range ids {

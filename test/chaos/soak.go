@@ -26,6 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
@@ -61,7 +62,7 @@ func (c *chaos) soak(ctx context.Context, out string) error {
 		return err
 	}
 	defer func() { db.Close(context.Background()) }()
-	c.cancelled = map[uint32]bool{}
+	c.cancelled, c.ended = map[uint32]bool{}, map[uint32]*slurmrest.Job{}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	restRun := filepath.Join(env.RunDir(), "slurmrestd.pid")
 	var (
@@ -70,11 +71,16 @@ func (c *chaos) soak(ctx context.Context, out string) error {
 		pgRestarted bool
 		restStops   int
 		restBack    time.Time
+		lastEnds    time.Time
 	)
 	nextSample, nextRest := start, start.Add(10*time.Minute)
 	logf("soak for %s: up to %d jobs every 2 s while fewer than %d wait or run; a sample every %s", soakFor, soakBatch, soakQueue, soakSample)
 	for time.Since(start) < soakFor && ctx.Err() == nil {
 		queued := countQueued(ctx, env)
+		if time.Since(lastEnds) > 10*time.Second {
+			c.recordEnds(ctx)
+			lastEnds = time.Now()
+		}
 		if !time.Now().Before(nextSample) {
 			s, err := c.takeSample(ctx, metrics, &db, time.Since(start))
 			if err != nil {
@@ -350,4 +356,19 @@ func slope(ss []sample, get func(sample) float64) float64 {
 		return 0
 	}
 	return (n*sxy - sx*sy) / d
+}
+
+// recordEnds keeps the end of every job slurmctld lists as finished: over an hour slurmctld purges finished jobs
+// (MinJobAge), so their ends are read while the load runs, not only after it. A listing that fails is skipped;
+// the next one, 10 s later, sees the same ends.
+func (c *chaos) recordEnds(ctx context.Context) {
+	list, err := c.slurm.ListJobs(ctx, time.Time{})
+	if err != nil {
+		return
+	}
+	for i := range list.Jobs {
+		if j := &list.Jobs[i]; j.State.IsFinished() {
+			c.ended[j.ID] = j
+		}
+	}
 }
