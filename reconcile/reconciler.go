@@ -249,7 +249,7 @@ func (rc *Reconciler) waiting(ctx context.Context, log logr.Logger, r *Reservati
 		// Placed on an agent, which is starting it: active within moments, and a job may be waiting for it in its
 		// prolog (an array's elements, one after the other on a full pool): look again sooner.
 		return Result{RequeueAfter: rc.WaitPoll / assignedPollDivisor}, true, nil
-	case MustYield(r, s):
+	case MustYield(r, s, rc.now()):
 		// Started, and no GPU for it: the pool's GPUs held or queued for ahead for pending jobs go first to it.
 		n, err := rc.Store.YieldPool(ctx, r.Request.Pool, YieldReason(r.Request.Pool, r.Run))
 		if err != nil {

@@ -271,7 +271,8 @@ func TestWaitingOnAnAssignedSessionLooksSooner(t *testing.T) {
 // A started job whose session is queued at the Juice Controller (no GPU free) takes the pool from the pending
 // jobs reserved ahead: their reservations that hold or ask for a session let go, their runs not over (reserved
 // again when their turn comes); a pending job's reservation not yet asked, another pool's, and a started job's
-// are left alone. Neither a pending job's queued session nor a started job's session on its way yields anything.
+// are left alone. Neither a pending job's queued session, nor a started job's session on its way, nor one queued
+// for less than QueueGrace (the Juice Controller's scheduler has not looked at it yet) yields anything.
 func TestAStartedRunQueuedTakesThePoolFromPendingOnes(t *testing.T) {
 	w := newWorld(t)
 	job := func(id uint32, state string) func(*reconcile.Reservation) {
@@ -296,8 +297,20 @@ func TestAStartedRunQueuedTakesThePoolFromPendingOnes(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, w.get(aheadReady.ID).Spec.Wanted)
 
-	// Queued: the pool has no GPU for it.
-	started = w.add(reconcile.StateWaiting, job(16, "RUNNING"), booked)
+	// Only just queued (moved to waiting now): the Juice Controller's scheduler has not looked at it yet, so
+	// nothing says the pool has no GPU for it.
+	started = w.add(reconcile.StateWaiting, job(16, "RUNNING"), booked,
+		func(r *reconcile.Reservation) { r.Status.UpdatedAt = w.now })
+	_, err = w.pass(started.ID)
+	require.NoError(t, err)
+	require.True(t, w.get(aheadReady.ID).Spec.Wanted, "a session queued for less than QueueGrace takes nothing")
+	w.now = w.now.Add(reconcile.QueueGrace - time.Millisecond)
+	_, err = w.pass(started.ID)
+	require.NoError(t, err)
+	require.True(t, w.get(aheadReady.ID).Spec.Wanted, "a session queued for less than QueueGrace takes nothing")
+
+	// Queued for QueueGrace: the pool has no GPU for it.
+	w.now = w.now.Add(time.Millisecond)
 	res, err := w.pass(started.ID)
 	require.NoError(t, err)
 	assert.Equal(t, waitPoll, res.RequeueAfter, "looked at again as any queued session")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // StartedStates are Slurm's states of a job it has started: given nodes, its prolog running or done. The store's
@@ -19,9 +20,19 @@ func Started(jobState string) bool { return slices.Contains(StartedStates, strin
 // this, a job Slurm started in another order than the look-ahead reserved waits in its prolog for a GPU that a
 // pending job holds, which cannot start while the started job holds the license: until the prolog gives up and
 // the job is requeued.
-func MustYield(r *Reservation, s Session) bool {
-	return r.Spec.Wanted && Started(r.Spec.JobState) && s.Phase == SessionQueued
+//
+// Every session is queued until the Juice Controller's scheduler looks at it (once a second, a bounded number of
+// placements a tick), so a session only just queued says nothing about the pool: only one queued for QueueGrace
+// since its reservation last moved (Status.UpdatedAt, its move to waiting) has found no GPU. Without the grace, a
+// burst that starts a job while the look-ahead's sessions of the same pass are still queued made the pending jobs
+// yield a pool that had room for all of them, and each such run paid a second reservation and session.
+func MustYield(r *Reservation, s Session, now time.Time) bool {
+	return r.Spec.Wanted && Started(r.Spec.JobState) && s.Phase == SessionQueued && now.Sub(r.Status.UpdatedAt) >= QueueGrace
 }
+
+// QueueGrace is how long a started run's session stays queued before MustYield takes it for one the pool has no
+// GPU for: a few of the Juice Controller's scheduler ticks (1 s each at the legacy controller, 500 ms at juice-sim).
+const QueueGrace = 3 * time.Second
 
 // YieldReason is why a pending job's reservation lets its pool's GPUs go to run, a started one (Store.YieldPool).
 func YieldReason(pool string, run RunID) string {
