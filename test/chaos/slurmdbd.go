@@ -199,13 +199,18 @@ func (c *chaos) checkLicense(ctx context.Context) []string {
 		return nil
 	}
 	var problems []string
-	if err := c.waitLicense(ctx, c.dbd.full, 2*time.Minute, "after slurmdbd's outage"); err != nil {
-		problems = append(problems, err.Error())
-	}
+	waitErr := c.waitLicense(ctx, c.dbd.full, 2*time.Minute, "after slurmdbd's outage")
 	c.dbd.settled = time.Since(c.dbd.cameBack)
 	log, err := os.ReadFile(filepath.Join(c.env.LogDir(), "chaos-controller.log"))
 	if err != nil {
 		return append(problems, err.Error())
+	}
+	if waitErr != nil {
+		// What each side holds, and what the license sync said: the run is over, so this is all there is to
+		// find the cause by.
+		slurmdbd, _ := c.env.Command(ctx, "sacctmgr", "-n", "-P", "show", "resource", "withclusters").CombinedOutput()
+		problems = append(problems, fmt.Sprintf("%v\nslurmdbd holds:\n%s\nthe controller's license sync said:\n%s",
+			waitErr, strings.TrimSpace(string(slurmdbd)), licenseLines(string(log))))
 	}
 	c.dbd.failures = strings.Count(string(log), "license sync failed")
 	c.dbd.recovered = strings.Count(string(log), "license sync works again")
@@ -244,4 +249,18 @@ func retry(ctx context.Context, within time.Duration, what string, f func() erro
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// licenseLines are the controller's log lines about licenses and leading, the last 40.
+func licenseLines(log string) string {
+	var keep []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, `"logger":"licenses"`) || strings.Contains(l, "lease") || strings.Contains(l, "leader") {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > 40 {
+		keep = keep[len(keep)-40:]
+	}
+	return strings.Join(keep, "\n")
 }
