@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +84,13 @@ type Config struct {
 	TrustComment bool
 	// HookListen is the hook API's address. Default 127.0.0.1:7171.
 	HookListen string
+	// HookSocket, when set, is a Unix socket on which the hook API is served too, for the hooks of a slurmctld on
+	// this host (hook-url = unix:PATH): no TLS handshake, each end proved by the kernel (hookapi.DialUnix). Its
+	// directory must exist, owned by this process's user or root, writable by its owner only.
+	HookSocket string
+	// HookSocketUIDs may call on HookSocket besides root and this process's own uid: SlurmUser's, whose
+	// slurmctld runs the hooks.
+	HookSocketUIDs []uint32
 	// MetricsListen is the address of /metrics (with /healthz and /readyz), apart from the hook API so that
 	// scrapes and probes can be let through a firewall the hooks' port is not. Default: the hook API's host with
 	// its port + 1000 (127.0.0.1:8171); "none" serves no metrics.
@@ -229,9 +238,17 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	ln = hooks.Listen(ln)
+	sln, err := c.hookSocket(hooks)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	mln, err := c.metricsListener()
 	if err != nil {
 		ln.Close()
+		if sln != nil {
+			sln.Close()
+		}
 		return err
 	}
 	srv := hooks.HTTPServer()
@@ -254,6 +271,16 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.Log.Error(err, "hook API stopped")
 		}
 	}()
+	if sln != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The same server: its Shutdown closes this listener too.
+			if err := srv.Serve(sln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				c.Log.Error(err, "hook API socket stopped")
+			}
+		}()
+	}
 	el := &leader.Elector{Leases: c.Store, Name: "reconciler/" + c.Config.Cluster, Holder: c.Config.Holder,
 		TTL: c.Config.LeaseTTL, Renew: c.Config.LeaseRenew, Log: c.Log.WithName("lease"),
 		OnLead: func(ctx context.Context) { c.lead(ctx, hub) }, Leading: c.setLeading, KeepLease: c.crashed.Load}
@@ -504,4 +531,34 @@ func (c *Controller) sweepFiles(ctx context.Context) {
 	if _, err := sweep.Files(ctx, c.Store, &session.StateDir{Path: c.Config.StateDir}, c.Log.WithName("sweep")); err != nil {
 		c.Log.Error(err, "sweep of the state directory failed")
 	}
+}
+
+// hookSocket listens on Config.HookSocket (nil when it is not set). A socket left by an earlier process is
+// replaced; any other file there is an error. The socket is open to every local user (0666): who may call is
+// decided by the caller's uid (hookserver.ListenLocal), and the secret is still asked.
+func (c *Controller) hookSocket(hooks *hookserver.Server) (net.Listener, error) {
+	path := c.Config.HookSocket
+	if path == "" {
+		return nil, nil
+	}
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("hook socket %s: a file that is not a socket is in the way", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("hook socket %s: remove the one an earlier process left: %w", path, err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("hook socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("hook socket: %w", err)
+	}
+	self := uint32(os.Getuid())
+	allowed := func(uid uint32) bool { return uid == 0 || uid == self || slices.Contains(c.Config.HookSocketUIDs, uid) }
+	c.Log.Info("hook API on a Unix socket too", "path", path, "uids", append([]uint32{0, self}, c.Config.HookSocketUIDs...))
+	return hooks.ListenLocal(ln, allowed), nil
 }

@@ -77,7 +77,7 @@ func NewMetrics(st *store.Store) *Metrics {
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "juice_slurm_polls_total", Help: "Polls of slurmrestd, by result."}, []string{"result"}),
 		hookRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "juice_slurm_hook_refused_total", Help: "Hook API connections closed and calls refused over a cap, by limit."},
+			Name: "juice_slurm_hook_refused_total", Help: "Hook API connections closed and calls refused over a cap, or from a uid that may not call the hook socket (limit uid), by limit."},
 			[]string{"limit"}),
 		lastGoodPoll: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "juice_slurm_last_successful_poll_timestamp_seconds", Help: "When the leader last listed slurmrestd's jobs without an error (Unix time)."}),
@@ -117,7 +117,7 @@ func NewMetrics(st *store.Store) *Metrics {
 		m.prunes.WithLabelValues(r)
 		m.licenseUpdates.WithLabelValues(r)
 	}
-	for _, limit := range []string{"connections", "waits_per_peer"} {
+	for _, limit := range []string{"connections", "waits_per_peer", "uid"} {
 		m.hookRefused.WithLabelValues(limit)
 	}
 	if st != nil {

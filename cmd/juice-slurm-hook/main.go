@@ -8,6 +8,11 @@
 // before it began). Its settings are the hook's, read as juice-slurm reads them: flags, JUICE_* variables, the
 // file /etc/juice-slurm/juice-slurm.conf.
 //
+// It links no HTTP or TLS package (their inits alone cost more than the rest of its start): it reaches the
+// controller by its Unix socket (hook-url = unix:PATH, hookwire.DialUnix). A Juice job whose hook-url names an
+// https: replica (a controller on another host) is handed to juice-slurm, from the same directory, which this
+// process becomes (exec) with the same arguments: `juice-slurm hook prolog|epilog`.
+//
 // Exit status: 0 done (and always for the epilog), 1 the prolog failed, 2 bad usage.
 package main
 
@@ -18,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/juice-slurm/juice-slurm/internal/hook"
@@ -36,6 +42,14 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := hook.Main(ctx, args[0], args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, hook.ErrNeedsTLS) {
+		err = execJuiceSlurm(args)
+		if args[0] == "epilog" {
+			// The epilog never fails: the controller releases the session when it sees the job end anyway.
+			fmt.Fprintln(os.Stderr, "juice-slurm-hook:", err)
+			return 0
+		}
+	}
 	var e hook.Exit
 	var u settings.UsageError
 	switch {
@@ -49,4 +63,16 @@ func run(args []string) int {
 	}
 	fmt.Fprintln(os.Stderr, "juice-slurm-hook:", err)
 	return 1
+}
+
+// execJuiceSlurm becomes `juice-slurm hook args...`, juice-slurm taken from this binary's directory (as packaged:
+// both in /usr/lib/juice-slurm). It returns only when it cannot.
+func execJuiceSlurm(args []string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("%w; and cannot find juice-slurm: %v", hook.ErrNeedsTLS, err)
+	}
+	bin := filepath.Join(filepath.Dir(self), "juice-slurm")
+	err = syscall.Exec(bin, append([]string{bin, "hook"}, args...), os.Environ())
+	return fmt.Errorf("%w; and cannot run %s: %v", hook.ErrNeedsTLS, bin, err)
 }

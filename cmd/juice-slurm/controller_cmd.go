@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"os/user"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller/licenses"
 	"github.com/juice-slurm/juice-slurm/internal/backoff"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
+	"github.com/juice-slurm/juice-slurm/internal/settings"
 	"github.com/juice-slurm/juice-slurm/juiceapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/policy"
@@ -41,48 +44,50 @@ type controllerOpts struct {
 	poll, waitPoll, window, leaseTTL, sweep, retention                                                   *time.Duration
 	perPool, perUser, perAccount, workers                                                                *int
 	trustComment, juiceIdem, licenses                                                                    *bool
-	sacctmgr, capsQOS                                                                                    *string
+	sacctmgr, capsQOS, hookSocket, hookSocketUsers                                                       *string
 	newLog                                                                                               func() (logr.Logger, zap.AtomicLevel, error)
 	level                                                                                                *flag.Flag
 }
 
 func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 	o := &controllerOpts{
-		cluster:       fs.String("cluster", "", "Slurm's ClusterName (required)"),
-		dbURL:         fs.String("database-url", "", "PostgreSQL URL, e.g. postgres://juice@127.0.0.1:5432/juice (required)"),
-		restURL:       fs.String("slurmrestd-url", "http://127.0.0.1:6820", "slurmrestd: http://host:port or unix:///path"),
-		restUser:      fs.String("slurm-user", "slurm", "user name of the slurmrestd token (an operator, e.g. SlurmUser)"),
-		restToken:     fs.String("slurm-token-file", "", "file holding the slurmrestd JWT, mode 0600, re-read when it changes (required, but for a unix:// slurmrestd-url: rest_auth/local)"),
-		restVersion:   fs.String("slurmrest-version", "", "force a slurmrestd API version, e.g. v0.0.38 (default: the newest offered)"),
-		juiceURL:      fs.String("juice-url", "http://127.0.0.1:7070", "the Juice Controller (or juice-sim)"),
-		juiceToken:    fs.String("juice-token-file", "", "file holding the Juice M2M token, mode 0600 (required)"),
-		juicePools:    fs.String("juice-pools", "", "pool names users type, mapped to the Juice Controller's pool ids: name=id,name=id (needed by a controller that knows pools by id only, such as the legacy one; default: looked up with GET /v1/pools)"),
-		juiceIdem:     fs.Bool("juice-idempotent", false, "the Juice Controller honours Idempotency-Key (juice-sim does), so a session request whose answer was lost may be retried at once"),
-		keyFile:       fs.String("cluster-key", "/etc/juice-slurm/cluster.key", "the cluster key that seals session files (64 hex characters, mode 0600)"),
-		secretFile:    fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "the secret the hooks present (mode 0600)"),
-		hookListen:    fs.String("hook-listen", "127.0.0.1:7171", "address of the hook API, /healthz and /readyz"),
-		hookCert:      fs.String("hook-cert", "/etc/juice-slurm/hook.crt", "the hook API's TLS certificate, which the hooks pin (empty: plain HTTP, which the hooks refuse)"),
-		hookKey:       fs.String("hook-key", "/etc/juice-slurm/hook.key", "the hook API's TLS key (mode 0600)"),
-		metricsListen: fs.String("metrics-listen", "", "address of /metrics, /healthz and /readyz (default: the hook API's port + 1000; none: off)"),
-		holder:        fs.String("holder", "", "this replica's name in the leader lease (default host:pid)"),
-		poll:          fs.Duration("poll-interval", 2*time.Second, "time between two listings of slurmrestd (SIGHUP re-reads it)"),
-		waitPoll:      fs.Duration("session-poll", time.Second, "how often a queued session is looked at"),
-		perUser:       fs.Int("lookahead-per-user", reconcile.DefaultLookahead.PerUser, "of those, at most this many pending jobs of one user (0: no cap; SIGHUP re-reads it)"),
-		perAccount:    fs.Int("lookahead-per-account", reconcile.DefaultLookahead.PerAccount, "of those, at most this many pending jobs of one Slurm account (0: no cap; SIGHUP re-reads it)"),
-		perPool:       fs.Int("lookahead-per-pool", reconcile.DefaultLookahead.PerPool, "pending jobs reserved ahead per pool, by Slurm priority (SIGHUP re-reads it)"),
-		window:        fs.Duration("lookahead-window", reconcile.DefaultLookahead.Window, "also reserve pending jobs Slurm expects to start within this time (SIGHUP re-reads it)"),
-		trustComment:  fs.Bool("trust-comment", false, "also read requests from the job comment, which its owner can change (default: admin_comment only)"),
-		unmunge:       fs.String("unmunge", "/usr/bin/unmunge", "unmunge, which names the user of a 'juice-slurm jobs' call from its MUNGE credential; empty: that call is off"),
-		scontrol:      fs.String("scontrol", "/usr/bin/scontrol", "scontrol, to requeue a job whose session was lost (before slurmrestd v0.0.45) and to tell its user why; empty: neither"),
-		leaseTTL:      fs.Duration("lease-ttl", 15*time.Second, "leader lease time to live"),
-		sweep:         fs.Duration("sweep-interval", 5*time.Minute, "how often to cancel sessions that belong to no live run (negative: never; SIGHUP re-reads it)"),
-		workers:       fs.Int("workers", 4, "reconcile workers"),
-		retention:     fs.Duration("retention", controller.DefaultRetention, "keep the reservations of ended runs (and their events) this long; longer than the longest job time limit (0: for ever)"),
-		stateDir:      fs.String("state-dir", "/var/spool/juice-slurm/sessions", "the shared state directory of session files, where the prologs write them; when it is on the controller's host, the controller removes the files no ready reservation owns (absent: left to the epilog)"),
-		policyFile:    fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)"),
-		licenses:      switchFlag(fs, "licenses", "on or off: keep each pool's Slurm license juice_<pool>@juice in slurmdbd at what the pool can give this cluster (needs accounting, and JUICE_LICENSES=on in juice-config.sh; the pools are the policy's)"),
-		sacctmgr:      fs.String("sacctmgr", "/usr/bin/sacctmgr", "sacctmgr, which writes the licenses' counts (licenses = on)"),
-		capsQOS:       fs.String("caps-qos", "", "QOS (comma-separated) on which to keep the policy's max_gpus_per_user as MaxTRESPerUser on the pools' licenses, so Slurm keeps a job over a cap PENDING (licenses = on; needs AccountingStorageEnforce=limits); empty: the caps are the controller's alone"),
+		cluster:         fs.String("cluster", "", "Slurm's ClusterName (required)"),
+		dbURL:           fs.String("database-url", "", "PostgreSQL URL, e.g. postgres://juice@127.0.0.1:5432/juice (required)"),
+		restURL:         fs.String("slurmrestd-url", "http://127.0.0.1:6820", "slurmrestd: http://host:port or unix:///path"),
+		restUser:        fs.String("slurm-user", "slurm", "user name of the slurmrestd token (an operator, e.g. SlurmUser)"),
+		restToken:       fs.String("slurm-token-file", "", "file holding the slurmrestd JWT, mode 0600, re-read when it changes (required, but for a unix:// slurmrestd-url: rest_auth/local)"),
+		restVersion:     fs.String("slurmrest-version", "", "force a slurmrestd API version, e.g. v0.0.38 (default: the newest offered)"),
+		juiceURL:        fs.String("juice-url", "http://127.0.0.1:7070", "the Juice Controller (or juice-sim)"),
+		juiceToken:      fs.String("juice-token-file", "", "file holding the Juice M2M token, mode 0600 (required)"),
+		juicePools:      fs.String("juice-pools", "", "pool names users type, mapped to the Juice Controller's pool ids: name=id,name=id (needed by a controller that knows pools by id only, such as the legacy one; default: looked up with GET /v1/pools)"),
+		juiceIdem:       fs.Bool("juice-idempotent", false, "the Juice Controller honours Idempotency-Key (juice-sim does), so a session request whose answer was lost may be retried at once"),
+		keyFile:         fs.String("cluster-key", "/etc/juice-slurm/cluster.key", "the cluster key that seals session files (64 hex characters, mode 0600)"),
+		secretFile:      fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "the secret the hooks present (mode 0600)"),
+		hookListen:      fs.String("hook-listen", "127.0.0.1:7171", "address of the hook API, /healthz and /readyz"),
+		hookSocket:      fs.String("hook-socket", "", "also serve the hook API on this Unix socket, for the hooks of a slurmctld on this host (their hook-url = unix:PATH: no TLS handshake); its directory must be this user's or root's and writable by its owner only; empty: off"),
+		hookSocketUsers: fs.String("hook-socket-users", "slurm", "users (comma-separated) who may call on --hook-socket besides root and this process's user: SlurmUser, whose slurmctld runs the hooks"),
+		hookCert:        fs.String("hook-cert", "/etc/juice-slurm/hook.crt", "the hook API's TLS certificate, which the hooks pin (empty: plain HTTP, which the hooks refuse)"),
+		hookKey:         fs.String("hook-key", "/etc/juice-slurm/hook.key", "the hook API's TLS key (mode 0600)"),
+		metricsListen:   fs.String("metrics-listen", "", "address of /metrics, /healthz and /readyz (default: the hook API's port + 1000; none: off)"),
+		holder:          fs.String("holder", "", "this replica's name in the leader lease (default host:pid)"),
+		poll:            fs.Duration("poll-interval", 2*time.Second, "time between two listings of slurmrestd (SIGHUP re-reads it)"),
+		waitPoll:        fs.Duration("session-poll", time.Second, "how often a queued session is looked at"),
+		perUser:         fs.Int("lookahead-per-user", reconcile.DefaultLookahead.PerUser, "of those, at most this many pending jobs of one user (0: no cap; SIGHUP re-reads it)"),
+		perAccount:      fs.Int("lookahead-per-account", reconcile.DefaultLookahead.PerAccount, "of those, at most this many pending jobs of one Slurm account (0: no cap; SIGHUP re-reads it)"),
+		perPool:         fs.Int("lookahead-per-pool", reconcile.DefaultLookahead.PerPool, "pending jobs reserved ahead per pool, by Slurm priority (SIGHUP re-reads it)"),
+		window:          fs.Duration("lookahead-window", reconcile.DefaultLookahead.Window, "also reserve pending jobs Slurm expects to start within this time (SIGHUP re-reads it)"),
+		trustComment:    fs.Bool("trust-comment", false, "also read requests from the job comment, which its owner can change (default: admin_comment only)"),
+		unmunge:         fs.String("unmunge", "/usr/bin/unmunge", "unmunge, which names the user of a 'juice-slurm jobs' call from its MUNGE credential; empty: that call is off"),
+		scontrol:        fs.String("scontrol", "/usr/bin/scontrol", "scontrol, to requeue a job whose session was lost (before slurmrestd v0.0.45) and to tell its user why; empty: neither"),
+		leaseTTL:        fs.Duration("lease-ttl", 15*time.Second, "leader lease time to live"),
+		sweep:           fs.Duration("sweep-interval", 5*time.Minute, "how often to cancel sessions that belong to no live run (negative: never; SIGHUP re-reads it)"),
+		workers:         fs.Int("workers", 4, "reconcile workers"),
+		retention:       fs.Duration("retention", controller.DefaultRetention, "keep the reservations of ended runs (and their events) this long; longer than the longest job time limit (0: for ever)"),
+		stateDir:        fs.String("state-dir", "/var/spool/juice-slurm/sessions", "the shared state directory of session files, where the prologs write them; when it is on the controller's host, the controller removes the files no ready reservation owns (absent: left to the epilog)"),
+		policyFile:      fs.String("policy", policy.DefaultPath, "the site's limits on requests, the file job_submit.lua reads too (missing: the grammar's bounds only)"),
+		licenses:        switchFlag(fs, "licenses", "on or off: keep each pool's Slurm license juice_<pool>@juice in slurmdbd at what the pool can give this cluster (needs accounting, and JUICE_LICENSES=on in juice-config.sh; the pools are the policy's)"),
+		sacctmgr:        fs.String("sacctmgr", "/usr/bin/sacctmgr", "sacctmgr, which writes the licenses' counts (licenses = on)"),
+		capsQOS:         fs.String("caps-qos", "", "QOS (comma-separated) on which to keep the policy's max_gpus_per_user as MaxTRESPerUser on the pools' licenses, so Slurm keeps a job over a cap PENDING (licenses = on; needs AccountingStorageEnforce=limits); empty: the caps are the controller's alone"),
 	}
 	o.newLog = logFlags(fs)
 	o.level = fs.Lookup("log-level")
@@ -225,10 +230,14 @@ func runController(ctx context.Context, args []string) error {
 		host, _ := os.Hostname()
 		*o.holder = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
+	socketUIDs, err := uidsOf(*o.hookSocketUsers, *o.hookSocket != "")
+	if err != nil {
+		return err
+	}
 	c := &controller.Controller{
 		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
 			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, PerUser: *o.perUser, PerAccount: *o.perAccount, Window: *o.window}, TrustComment: *o.trustComment,
-			HookListen: *o.hookListen, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
+			HookListen: *o.hookListen, HookSocket: *o.hookSocket, HookSocketUIDs: socketUIDs, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
 			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge, StateDir: stateDir, Licenses: *o.licenses, Sacctmgr: *o.sacctmgr, CapsQOS: capsQOS},
 		Store: st, Slurm: slurm, Juice: juice, Key: key, Secret: secret, Log: log, Metrics: controller.NewMetrics(st),
 		Ender: &jobactor.SlurmEnder{Rest: slurm, Scontrol: *o.scontrol},
@@ -386,4 +395,28 @@ func waitFor(ctx context.Context, log interface {
 		log.Info("waiting for "+what, "waited", time.Since(start).Round(time.Second).String(), "error", err.Error())
 		_ = startupRetry.Sleep(ctx, attempt)
 	}
+}
+
+// uidsOf looks up the uids of a comma-separated list of user names (none when the hook socket is off: the names
+// then need not exist here).
+func uidsOf(names string, on bool) ([]uint32, error) {
+	if !on {
+		return nil, nil
+	}
+	var uids []uint32
+	for _, name := range strings.Split(names, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		u, err := user.Lookup(name)
+		if err != nil {
+			return nil, settings.UsageError{Err: fmt.Errorf("--hook-socket-users: %w", err)}
+		}
+		uid, err := strconv.ParseUint(u.Uid, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("--hook-socket-users: user %s has uid %q", name, u.Uid)
+		}
+		uids = append(uids, uint32(uid))
+	}
+	return uids, nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/juice-slurm/juice-slurm/controller/hookapi/hookwire"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 )
 
@@ -77,4 +78,14 @@ func (k *keyPair) get() (*tls.Certificate, error) {
 	}
 	k.loaded, k.certMod, k.keyMod, k.certSize, k.keySize = &c, cs.ModTime(), ks.ModTime(), cs.Size(), ks.Size()
 	return k.loaded, nil
+}
+
+// HookPost is the hooks' transport to https: replicas (hook.TLS): TLS 1.3, trusting only the certificates in
+// caFile (ClientTLS).
+func HookPost(caFile string) (hookwire.PostFunc, error) {
+	conf, err := ClientTLS(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return (&Client{TLS: conf}).callOne, nil
 }

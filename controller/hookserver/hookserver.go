@@ -95,18 +95,35 @@ type Server struct {
 // Listen wraps ln for the hook API: a connection over a cap, of all connections or of its peer's, is closed at
 // once, so that what one peer opens never keeps another out (F4); with TLS set, it serves TLS.
 func (a *Server) Listen(ln net.Listener) net.Listener {
-	max, perPeer := a.MaxConns, a.MaxConnsPerPeer
+	max, perPeer := a.connCaps()
+	ln = newLimitListener(ln, max, perPeer, func(string) { a.observeHookRefused("connections") })
+	if a.TLS != nil {
+		ln = tls.NewListener(ln, a.TLS)
+	}
+	return ln
+}
+
+// connCaps are MaxConns and MaxConnsPerPeer, or their defaults.
+func (a *Server) connCaps() (max, perPeer int) {
+	max, perPeer = a.MaxConns, a.MaxConnsPerPeer
 	if max == 0 {
 		max = DefaultMaxConns
 	}
 	if perPeer == 0 {
 		perPeer = DefaultMaxConnsPerPeer
 	}
-	ln = newLimitListener(ln, max, perPeer, func(string) { a.observeHookRefused("connections") })
-	if a.TLS != nil {
-		ln = tls.NewListener(ln, a.TLS)
-	}
-	return ln
+	return max, perPeer
+}
+
+// ListenLocal wraps ln, a Unix socket's listener, for the hook API: a caller whose uid allowed refuses is
+// disconnected at once, and the caps of Listen apply. No TLS: the kernel proves both ends (hookapi.DialUnix).
+func (a *Server) ListenLocal(ln net.Listener, allowed func(uid uint32) bool) net.Listener {
+	max, perPeer := a.connCaps()
+	ln = &uidListener{Listener: ln, allowed: allowed, refused: func(uid uint32, err error) {
+		a.observeHookRefused("uid")
+		a.Log.V(1).Info("hook socket: a caller that may not call was disconnected", "uid", uid, "error", err)
+	}}
+	return newLimitListener(ln, max, perPeer, func(string) { a.observeHookRefused("connections") })
 }
 
 // HTTPServer is the hook API's server, with timeouts fit for long waits: a connection must finish its TLS

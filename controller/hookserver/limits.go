@@ -146,3 +146,31 @@ func (w logWriter) Write(p []byte) (int, error) {
 	w.l.V(1).Info(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// uidListener closes at once every connection to the hook API's Unix socket whose peer's uid (SO_PEERCRED) is not
+// allowed: the socket is open to all local users (mode 0666), so who may call is decided here, before a byte is
+// read, and the hook secret is still required on top.
+type uidListener struct {
+	net.Listener
+	allowed func(uid uint32) bool
+	refused func(uid uint32, err error)
+}
+
+func (l *uidListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		uc, ok := c.(*net.UnixConn)
+		if !ok {
+			return c, nil
+		}
+		uid, err := peer.UnixUID(uc)
+		if err == nil && l.allowed(uid) {
+			return c, nil
+		}
+		c.Close()
+		l.refused(uid, err)
+	}
+}

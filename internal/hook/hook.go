@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/juice-slurm/juice-slurm/controller/hookapi"
+	"github.com/juice-slurm/juice-slurm/controller/hookapi/hookwire"
 	"github.com/juice-slurm/juice-slurm/internal/backoff"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/internal/settings"
@@ -45,6 +45,18 @@ func Main(ctx context.Context, which string, args []string, getenv func(string) 
 	return o.run(ctx, which, err, getenv, stderr)
 }
 
+// TLS, when set, makes the calls to https: replicas, pinning the certificate in caFile (hookapi.HookPost).
+// `juice-slurm hook` sets it; the prolog's own binary (cmd/juice-slurm-hook) links no TLS and leaves it nil: it
+// hands a run whose hook-url names an https: replica to juice-slurm (cmd/juice-slurm-hook).
+var TLS func(caFile string) (hookwire.PostFunc, error)
+
+// errNoTLS: this binary cannot reach an https: replica.
+var errNoTLS = errors.New("hook-url names an https:// controller, which this binary cannot reach")
+
+// ErrNeedsTLS is Main's answer, before any call, for a Juice job whose hook-url names an https: replica when TLS
+// is nil: the caller runs `juice-slurm hook` instead (cmd/juice-slurm-hook execs it).
+var ErrNeedsTLS = fmt.Errorf("%w: run `juice-slurm hook`, or name the controller's unix: hook socket", errNoTLS)
+
 // DefaultConfig is the settings file Main reads when neither --config nor JUICE_CONFIG names one; tests clear it.
 var DefaultConfig = settings.DefaultFile
 
@@ -64,7 +76,7 @@ type Opts struct {
 // Flags registers the hook's settings in fs (`juice-slurm settings hook` lists them).
 func Flags(fs *flag.FlagSet) *Opts {
 	return &Opts{
-		url:          fs.String("hook-url", "https://127.0.0.1:7171", "the controller's hook API (https://; a comma-separated list of replicas is tried in turn)"),
+		url:          fs.String("hook-url", "https://127.0.0.1:7171", "the controller's hook API: https://HOST:PORT, or unix:PATH for the controller's --hook-socket on this host (no TLS handshake); a comma-separated list of replicas is tried in turn"),
 		caFile:       fs.String("hook-ca", "/etc/juice-slurm/hook.crt", "the certificate the hook API must prove itself with (or its CA): the secret is sent to no other listener"),
 		secretFile:   fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "file holding the hook secret (mode 0600)"),
 		stateDir:     fs.String("state-dir", "/var/spool/juice-slurm/sessions", "the shared state directory for session files"),
@@ -92,11 +104,18 @@ func (o *Opts) run(ctx context.Context, which string, parseErr error, getenv fun
 		o.prologWait, o.epilogWait, o.trustComment, o.logFile
 	h := &hook{stateDir: *stateDir, out: stderr, exitCode: getenv("SLURM_JOB_EXIT_CODE2"), scontrol: *o.scontrol,
 		comment: getenv("SLURM_JOB_COMMENT"), request: getenv("SPANK_JUICE_REQUEST"), trustComment: *trustComment,
-		client: &hookapi.Client{URL: *url, Secret: secretfile.New(*secretFile, secretfile.MinLength(16))}}
+		client: &hookwire.Client{URL: *url, Secret: secretfile.New(*secretFile, secretfile.MinLength(16))}}
 	// Pinned: without the certificate the hook sends nothing (a listener that cannot prove it is the controller
-	// never gets the secret).
-	tlsConf, tlsErr := hookapi.ClientTLS(*o.caFile)
-	h.client.TLS = tlsConf
+	// never gets the secret). A controller on this host reached by its Unix socket proves itself by the socket's
+	// directory instead (hookwire.DialUnix), and the certificate is not even read.
+	var tlsErr error
+	if hookwire.NeedsTLS(*url) {
+		if TLS == nil {
+			tlsErr = errNoTLS
+		} else {
+			h.client.Post, tlsErr = TLS(*o.caFile)
+		}
+	}
 	if *logFile != "" {
 		if f, err := os.OpenFile(*logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 			defer f.Close()
@@ -124,6 +143,8 @@ func (o *Opts) run(ctx context.Context, which string, parseErr error, getenv fun
 		return Exit(1)
 	case !juice:
 		return nil // not a Juice job: nothing to wait for
+	case errors.Is(tlsErr, errNoTLS):
+		return ErrNeedsTLS
 	case tlsErr != nil:
 		h.say("%v", tlsErr)
 		if which == "epilog" {
@@ -139,7 +160,7 @@ func (o *Opts) run(ctx context.Context, which string, parseErr error, getenv fun
 
 // hook is one run of the prolog or the epilog.
 type hook struct {
-	client   *hookapi.Client
+	client   *hookwire.Client
 	stateDir string
 	cluster  string
 	job      uint32
@@ -209,12 +230,12 @@ func (h *hook) prolog(ctx context.Context, wait time.Duration) error {
 			h.say("no session within %s; failing the prolog so that Slurm requeues the job", wait)
 			return h.fail(ctx, fmt.Sprintf("no GPUs within %s: %s", wait, last))
 		}
-		rep, err := h.client.Prolog(ctx, hookapi.PrologRequest{Cluster: h.cluster, JobID: h.job, Run: h.run,
+		rep, err := h.client.Prolog(ctx, hookwire.PrologRequest{Cluster: h.cluster, JobID: h.job, Run: h.run,
 			WaitSeconds: min(left, callWait).Seconds()})
 		switch {
 		case ctx.Err() != nil:
 			return Exit(1)
-		case hookapi.IsPermanent(err):
+		case hookwire.IsPermanent(err):
 			// Asking again cannot help (a wrong secret, a request the controller refuses): fail now, not at the
 			// deadline with the job held CONFIGURING meanwhile.
 			h.say("hook API refused the call: %v", err)
@@ -228,7 +249,7 @@ func (h *hook) prolog(ctx context.Context, wait time.Duration) error {
 		}
 		failures = 0
 		switch rep.Outcome {
-		case hookapi.OutcomeReady:
+		case hookwire.OutcomeReady:
 			if err := h.writeSession(rep.File, rep.Session); err != nil {
 				h.say("cannot write the session file: %v", err)
 				return Exit(1)
@@ -236,11 +257,11 @@ func (h *hook) prolog(ctx context.Context, wait time.Duration) error {
 			h.say("session ready after %s", time.Since(start).Round(time.Millisecond))
 			h.clearReason(ctx)
 			return nil
-		case hookapi.OutcomeFailed:
+		case hookwire.OutcomeFailed:
 			h.say("cannot be served: %s", rep.Reason)
 			h.removeSession() // a file of this job id and run is a leftover: never this run's
 			return h.fail(ctx, "cannot get GPUs: "+rep.Reason)
-		case hookapi.OutcomeNone:
+		case hookwire.OutcomeNone:
 			h.removeSession()
 			return nil
 		default:
@@ -255,14 +276,14 @@ func (h *hook) prolog(ctx context.Context, wait time.Duration) error {
 
 func (h *hook) epilog(ctx context.Context, wait time.Duration) {
 	h.removeSession()
-	rep, err := h.client.Epilog(ctx, hookapi.EpilogRequest{Cluster: h.cluster, JobID: h.job, Run: h.run,
+	rep, err := h.client.Epilog(ctx, hookwire.EpilogRequest{Cluster: h.cluster, JobID: h.job, Run: h.run,
 		ExitCode: h.exitCode, WaitSeconds: wait.Seconds()})
 	switch {
 	case err != nil:
 		h.say("hook API: %v; the controller releases the session when it sees the job end", err)
-	case rep.Outcome == hookapi.OutcomeReleased:
+	case rep.Outcome == hookwire.OutcomeReleased:
 		h.say("session released (%s)", rep.Reason)
-	case rep.Outcome == hookapi.OutcomeNone:
+	case rep.Outcome == hookwire.OutcomeNone:
 	default:
 		h.say("release under way (%s: %s)", rep.State, rep.Reason)
 	}

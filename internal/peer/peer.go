@@ -12,8 +12,15 @@ import (
 	"syscall"
 )
 
-// Of names the peer of c: "uid:N" for a local connection whose owner the kernel reports, else "ip:ADDR".
+// Of names the peer of c: "uid:N" for a local connection whose owner the kernel reports (a Unix socket's peer,
+// or a loopback TCP connection's), else "ip:ADDR".
 func Of(c net.Conn) string {
+	if uc, ok := c.(*net.UnixConn); ok {
+		if uid, err := UnixUID(uc); err == nil {
+			return fmt.Sprintf("uid:%d", uid)
+		}
+		return "addr:unix"
+	}
 	remote, ok1 := c.RemoteAddr().(*net.TCPAddr)
 	local, ok2 := c.LocalAddr().(*net.TCPAddr)
 	if !ok1 || !ok2 {
@@ -103,4 +110,24 @@ func putAddr(b []byte, a netip.Addr, family int) {
 	}
 	v6 := a.As16()
 	copy(b, v6[:])
+}
+
+// UnixUID is the uid of the process at the other end of a Unix socket, as the kernel recorded it when that end
+// connected or listened (SO_PEERCRED): it cannot be forged by the peer.
+func UnixUID(c *net.UnixConn) (uint32, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("peer credentials: %w", err)
+	}
+	var cred *syscall.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return 0, fmt.Errorf("peer credentials: %w", err)
+	}
+	if credErr != nil {
+		return 0, fmt.Errorf("peer credentials: %w", credErr)
+	}
+	return cred.Uid, nil
 }

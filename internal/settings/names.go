@@ -16,6 +16,8 @@ var Names = map[string]bool{
 	"hook-listen":           true,
 	"hook-log":              true,
 	"hook-secret":           true,
+	"hook-socket":           true,
+	"hook-socket-users":     true,
 	"hook-url":              true,
 	"juice-idempotent":      true,
 	"juice-pools":           true,

@@ -22,9 +22,10 @@ import (
 
 // P1Result is the prolog hook's wall time with the session already ready.
 type P1Result struct {
-	Exec   Stats // juice-slurm-hook prolog, fork/exec to exit: what hooks/juice-prolog.sh execs
-	Script Stats // hooks/juice-prolog.sh execing juice-slurm-hook: what slurmctld itself waits for
-	Old    Stats // juice-slurm hook prolog: the path before issue 14 (and of a config naming only juice-slurm)
+	Socket Stats // juice-slurm-hook prolog, fork/exec to exit, calling the controller's hook socket (unix:PATH)
+	Exec   Stats // the same with an https: hook-url: juice-slurm-hook execs juice-slurm hook, which calls over TLS
+	Script Stats // hooks/juice-prolog.sh execing juice-slurm-hook on the socket: what slurmctld itself waits for
+	Old    Stats // juice-slurm hook prolog over TLS: the path before issue 14 (and of a config naming only juice-slurm)
 	Empty  Stats // a Go program that does nothing: the floor of any hook written in Go, on this machine now
 	// CPU is each exec path's processor time (user + system, the process and the children it waited for, from
 	// wait4), keyed as the paths above ("hook", "old", "script", "empty"): unlike the wall time, it does not grow
@@ -90,7 +91,13 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 	if err := w.EnsureRuns(ctx, first, runs, 4); err != nil {
 		return res, err
 	}
-	rc, err := w.StartController(controller.Config{})
+	// The hook socket in a directory of its own, writable by its owner only, as /run/juice-slurm under the unit.
+	sockDir := filepath.Join(w.Dir, "run")
+	if err := os.Mkdir(sockDir, 0o755); err != nil {
+		return res, err
+	}
+	socketURL := hookapi.UnixPrefix + filepath.Join(sockDir, "hook.sock")
+	rc, err := w.StartController(controller.Config{HookSocket: hookapi.SocketPath(socketURL)})
 	if err != nil {
 		return res, err
 	}
@@ -100,7 +107,8 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 	}
 	logf("P1: %d sessions ready; exec'ing the prolog hook %d times on each path", runs, runs)
 
-	// hooks/juice-config.sh as an installation has it, naming this world's controller and files, the hook log too.
+	// hooks/juice-config.sh as an installation on the controller's host has it, naming this world's controller (its
+	// hook socket) and files, the hook log too.
 	configSh, hookLog := filepath.Join(w.Dir, "juice-config.sh"), filepath.Join(w.Dir, "hooks.log")
 	if err := os.WriteFile(configSh, []byte(fmt.Sprintf(`JUICE_HOOK_BIN=%s
 JUICE_SLURM_BIN=%s
@@ -112,7 +120,7 @@ JUICE_PROLOG_WAIT=240s
 JUICE_HOOK_LOG=%s
 JUICE_EPILOG_WAIT=15s
 export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_LOG JUICE_HOOK_SECRET JUICE_STATE_DIR JUICE_PROLOG_WAIT JUICE_EPILOG_WAIT
-`, hookBin, oldBin, rc.URL, rc.CA, secretFile, stateDir, hookLog)), 0o644); err != nil {
+`, hookBin, oldBin, socketURL, rc.CA, secretFile, stateDir, hookLog)), 0o644); err != nil {
 		return res, err
 	}
 	// slurmctld's environment (no PATH: it gives none), and the settings the config would export.
@@ -128,6 +136,8 @@ export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_LOG JUICE_HOOK_SECRET JUICE_STATE
 		check bool // a prolog: it must have written the session file
 	}{
 		{"hook", &res.Exec, []string{hookBin, "prolog"}, direct, true},
+		{"socket", &res.Socket, []string{hookBin, "prolog"}, append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_HOOK_URL="+socketURL,
+			"JUICE_HOOK_SECRET="+secretFile, "JUICE_STATE_DIR="+stateDir, "JUICE_HOOK_LOG="+hookLog), true},
 		{"old", &res.Old, []string{oldBin, "hook", "prolog"}, direct, true},
 		{"script", &res.Script, []string{"/bin/sh", filepath.Join(repo, "hooks", "juice-prolog.sh")}, append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_CONFIG_SH="+configSh), true},
 		{"empty", &res.Empty, []string{emptyBin}, nil, false},
