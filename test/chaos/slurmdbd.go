@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -209,8 +210,13 @@ func (c *chaos) checkLicense(ctx context.Context) []string {
 		// What each side holds, and what the license sync said: the run is over, so this is all there is to
 		// find the cause by.
 		slurmdbd, _ := c.env.Command(ctx, "sacctmgr", "-n", "-P", "show", "resource", "withclusters").CombinedOutput()
-		problems = append(problems, fmt.Sprintf("%v\nslurmdbd holds:\n%s\nthe controller's license sync said:\n%s",
-			waitErr, strings.TrimSpace(string(slurmdbd)), licenseLines(string(log))))
+		alive := "running"
+		if err := c.controller.Process.Signal(syscall.Signal(0)); err != nil {
+			alive = "not running: " + err.Error()
+		}
+		lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+		problems = append(problems, fmt.Sprintf("%v\nslurmdbd holds:\n%s\nthe controller process is %s; its license sync said:\n%s\nits last lines:\n%s",
+			waitErr, strings.TrimSpace(string(slurmdbd)), alive, licenseLines(string(log)), strings.Join(lines[max(0, len(lines)-15):], "\n")))
 	}
 	c.dbd.failures = strings.Count(string(log), "license sync failed")
 	c.dbd.recovered = strings.Count(string(log), "license sync works again")
