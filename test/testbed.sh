@@ -516,6 +516,8 @@ stop() {
 cmd_up() {
 	local t0=$SECONDS
 	install -d "$TB" "$RUN" "$LOG"
+	# Root's and written by root alone: the hooks trust the controller's socket there (hook.sock) only so.
+	chmod 0755 "$RUN"
 	install_packages
 	start_munge
 	write_slurm_conf
@@ -594,9 +596,11 @@ cmd_wire() {
 	# The hook API's certificate, which the hooks pin, and its key (the controller runs as root here).
 	sh "$REPO/deploy/make-hook-cert.sh" $JUICE_ETC root >&2
 	chown $SLURM_USER:$SLURM_USER $JUICE_ETC/hook.secret && chmod 0600 $JUICE_ETC/hook.secret
+	# The hooks call the controller's Unix socket (--hook-socket, started by cmd_services and by the suites' own
+	# controllers: testbed.Env.HookSocketArgs); the chroots' beds keep https, which the hook hands to juice-slurm.
 	sed -e "s#^JUICE_SLURM_BIN=.*#JUICE_SLURM_BIN=$JUICE_PREFIX/juice-slurm#" \
 		-e "s#^JUICE_HOOK_BIN=.*#JUICE_HOOK_BIN=$JUICE_PREFIX/juice-slurm-hook#" \
-		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=https://127.0.0.1:${JUICE_TESTBED_HOOK_PORT:-7171}#" \
+		-e "s#^JUICE_HOOK_URL=.*#JUICE_HOOK_URL=unix:$RUN/hook.sock#" \
 		-e "s#^JUICE_HOOK_LOG=.*#JUICE_HOOK_LOG=$LOG/juice-hooks.log#" \
 		-e "s#^JUICE_LICENSES=.*#JUICE_LICENSES=${JUICE_TESTBED_LICENSES_ON:-on}#" \
 		-e "s#^JUICE_PROLOG_WAIT=.*#JUICE_PROLOG_WAIT=${JUICE_TESTBED_PROLOG_WAIT:-15s}#" \
@@ -681,7 +685,7 @@ EOF
 			--hook-secret $JUICE_ETC/hook.secret --hook-listen "$hook" --poll-interval "${JUICE_TESTBED_POLL:-1s}" \
 			--licenses="${JUICE_TESTBED_LICENSES_ON:-on}" --sacctmgr /usr/bin/sacctmgr \
 			$(acct_caps_flag "${JUICE_TESTBED_LICENSES_ON:-on}") ${JUICE_TESTBED_CONTROLLER_ARGS:-} \
-			--state-dir $JUICE_SESSIONS \
+			--state-dir $JUICE_SESSIONS --hook-socket "$RUN/hook.sock" --hook-socket-users "$SLURM_USER" \
 			</dev/null >>"$LOG/juice-controller.log" 2>&1 &
 		echo $! >"$RUN/juice-controller.pid"
 	fi

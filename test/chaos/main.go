@@ -204,7 +204,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 			"--hook-cert", env.HookCert(), "--hook-key", env.HookKey(), "--scontrol", env.Scontrol(),
 			"--state-dir", env.Get("JUICE_TESTBED_SESSIONS_DIR"),
 			"--hook-listen", hookAddr, "--poll-interval", "500ms", "--session-poll", "200ms", "--lease-ttl", "3s",
-			"--sweep-interval", "15s", "--log-format", "json"}, append(juiceArgs, c.licenseArgs()...)...)...)
+			"--sweep-interval", "15s", "--log-format", "json"}, append(append(juiceArgs, c.licenseArgs()...), env.HookSocketArgs()...)...)...)
 		if err := testbed.StartLogged(cmd, ctlLog); err != nil {
 			return err
 		}

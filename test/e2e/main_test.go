@@ -166,6 +166,8 @@ func startControllerOn(dbURL string) error {
 		"--scontrol", world.env.Scontrol(), "--state-dir", world.env.Get("JUICE_TESTBED_SESSIONS_DIR"),
 		"--poll-interval", "500ms", "--session-poll", "100ms", "--lease-ttl", "3s", "--sweep-interval", "10s",
 		"--log-format", "json")
+	// The host's bed wires its hooks to the controller's Unix socket (hook-url = unix:...).
+	c.Args = append(c.Args, world.env.HookSocketArgs()...)
 	// The pools are Slurm licenses wherever the bed has accounting (every bed does since issue 23): the controller
 	// keeps their counts, as the bed's own controller does.
 	if licensed() {

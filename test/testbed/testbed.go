@@ -131,6 +131,24 @@ func (e Env) getOr(name, def string) string {
 func (e Env) HookAddr() string { return "127.0.0.1:" + e.getOr("JUICE_TESTBED_HOOK_PORT", "7171") }
 func (e Env) SimAddr() string  { return "127.0.0.1:" + e.getOr("JUICE_TESTBED_SIM_PORT", "7070") }
 
+// HookSocket is the controller's hook socket the wired hooks call on the host's test bed (test/testbed.sh: its
+// juice-config.sh names unix:<this>), empty on a chroot's, whose hooks call https://HookAddr. ControllerArgs
+// gives a controller started by a suite the flags that serve it.
+func (e Env) HookSocket() string {
+	if strings.HasPrefix(e.Vars["JUICE_TESTBED_KIND"], "chroot-") || e.Vars["JUICE_TESTBED_DIR"] == "" {
+		return ""
+	}
+	return filepath.Join(e.Vars["JUICE_TESTBED_DIR"], "run", "hook.sock")
+}
+
+// HookSocketArgs are the controller's flags that serve HookSocket to the bed's SlurmUser (none without one).
+func (e Env) HookSocketArgs() []string {
+	if e.HookSocket() == "" {
+		return nil
+	}
+	return []string{"--hook-socket", e.HookSocket(), "--hook-socket-users", e.SlurmUser()}
+}
+
 // ClusterKey, HookSecret, HookCert, HookKey, PolicyFile and PlugstackEntry are the host's paths of the wiring's files.
 func (e Env) ClusterKey() string {
 	return e.getOr("JUICE_TESTBED_CLUSTER_KEY", "/etc/juice-slurm/cluster.key")
