@@ -494,6 +494,9 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 		}
 	}
 	problems = append(problems, c.checkLicense(ctx)...)
+	if c.controller != nil && !running(c.controller.Process.Pid) {
+		problems = append(problems, "the controller exited on its own after its last restart (see chaos-controller.log's end)")
+	}
 	if len(notCompleted) > 0 {
 		problems = append(problems, fmt.Sprintf("%d jobs did not complete: %s", len(notCompleted), strings.Join(notCompleted, " ")))
 	}

@@ -17,7 +17,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -211,8 +210,8 @@ func (c *chaos) checkLicense(ctx context.Context) []string {
 		// find the cause by.
 		slurmdbd, _ := c.env.Command(ctx, "sacctmgr", "-n", "-P", "show", "resource", "withclusters").CombinedOutput()
 		alive := "running"
-		if err := c.controller.Process.Signal(syscall.Signal(0)); err != nil {
-			alive = "not running: " + err.Error()
+		if !running(c.controller.Process.Pid) {
+			alive = "not running (it exited on its own: nothing restarts it after the last kill)"
 		}
 		lines := strings.Split(strings.TrimSpace(string(log)), "\n")
 		problems = append(problems, fmt.Sprintf("%v\nslurmdbd holds:\n%s\nthe controller process is %s; its license sync said:\n%s\nits last lines:\n%s",
@@ -269,4 +268,16 @@ func licenseLines(log string) string {
 		keep = keep[len(keep)-40:]
 	}
 	return strings.Join(keep, "\n")
+}
+
+// running reports whether process pid runs: not gone, and not a zombie (which a signal 0 would still reach: the
+// runner never waits for a controller it did not kill).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) S ...: the state follows the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
