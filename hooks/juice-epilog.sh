@@ -7,6 +7,11 @@ CONFIG=${JUICE_CONFIG_SH:-/etc/juice-slurm/juice-config.sh}
 . "$CONFIG"
 # As the prolog: the small hook binary, else (an older config) the one beside JUICE_SLURM_BIN, else juice-slurm.
 [ -n "${JUICE_HOOK_BIN:-}" ] || [ -z "${JUICE_SLURM_BIN:-}" ] || JUICE_HOOK_BIN=${JUICE_SLURM_BIN%/*}/juice-slurm-hook
+# juice-slurm-hook links no TLS: a Juice job whose controller is reached over https (not the unix: hook socket)
+# goes straight to juice-slurm, which the small binary would exec anyway (a job without Juice never calls).
+case ${JUICE_HOOK_URL:-} in
+http:* | https:*) [ -n "${SPANK_JUICE_REQUEST:-}" ] && [ -x "${JUICE_SLURM_BIN:-}" ] && exec "$JUICE_SLURM_BIN" hook epilog ;;
+esac
 [ -x "${JUICE_HOOK_BIN:-}" ] && exec "$JUICE_HOOK_BIN" epilog
 [ -x "${JUICE_SLURM_BIN:-}" ] || exit 0
 exec "$JUICE_SLURM_BIN" hook epilog

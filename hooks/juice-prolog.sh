@@ -19,6 +19,11 @@ broken() {
 # The small hook binary (its start is most of a ready prolog's time); a config older than it names only
 # JUICE_SLURM_BIN, whose directory holds it too. Without it, juice-slurm runs the same code, more slowly.
 [ -n "${JUICE_HOOK_BIN:-}" ] || [ -z "${JUICE_SLURM_BIN:-}" ] || JUICE_HOOK_BIN=${JUICE_SLURM_BIN%/*}/juice-slurm-hook
+# juice-slurm-hook links no TLS: a Juice job whose controller is reached over https (not the unix: hook socket)
+# goes straight to juice-slurm, which the small binary would exec anyway (a job without Juice never calls).
+case ${JUICE_HOOK_URL:-} in
+http:* | https:*) [ -n "${SPANK_JUICE_REQUEST:-}" ] && [ -x "${JUICE_SLURM_BIN:-}" ] && exec "$JUICE_SLURM_BIN" hook prolog ;;
+esac
 [ -x "${JUICE_HOOK_BIN:-}" ] && exec "$JUICE_HOOK_BIN" prolog
 [ -x "${JUICE_SLURM_BIN:-}" ] ||
 	broken "neither JUICE_HOOK_BIN ${JUICE_HOOK_BIN:-(unset)} nor JUICE_SLURM_BIN ${JUICE_SLURM_BIN:-(unset)} is executable"

@@ -189,8 +189,8 @@ func writeP1(w io.Writer, r bench.P1Result) {
 		s         bench.Stats
 	}{{"`juice-slurm-hook prolog` over the hook socket (`hook-url = unix:PATH`, exec to exit)", "socket", r.Socket},
 		{"`hooks/juice-prolog.sh` → `juice-slurm-hook` over the hook socket (exec to exit): what slurmctld runs", "script", r.Script},
-		{"`juice-slurm-hook prolog` with an https hook-url: it execs `juice-slurm hook`, which calls over TLS (exec to exit)", "hook", r.Exec},
-		{"`juice-slurm hook prolog` over TLS (exec to exit)", "old", r.Old},
+		{"`juice-slurm hook prolog` over TLS (exec to exit): what juice-prolog.sh execs for a Juice job with an https hook-url", "old", r.Old},
+		{"`juice-slurm-hook prolog` run with an https hook-url: it hands over to `juice-slurm hook` (exec to exit)", "hook", r.Exec},
 		{"a Go program that does nothing (exec to exit): the floor", "empty", r.Empty},
 		{"POST /v1/prolog in process, new TLS connection", "", r.HTTPCold},
 		{"POST /v1/prolog in process, kept-alive connection", "", r.HTTPWarm}} {
