@@ -41,11 +41,7 @@ func NeedsTLS(urls string) bool {
 
 // SocketPath is the socket's path in a unix: URL ("unix:/p" or "unix:///p").
 func SocketPath(url string) string {
-	p := strings.TrimPrefix(url, UnixPrefix)
-	if strings.HasPrefix(p, "//") {
-		p = p[2:]
-	}
-	return p
+	return strings.TrimPrefix(strings.TrimPrefix(url, UnixPrefix), "//")
 }
 
 // DialUnix connects to the hook API's socket at path and proves the listener (see above): an error names what
