@@ -50,12 +50,9 @@ func Main(ctx context.Context, which string, args []string, getenv func(string) 
 // hands a run whose hook-url names an https: replica to juice-slurm (cmd/juice-slurm-hook).
 var TLS func(caFile string) (hookwire.PostFunc, error)
 
-// errNoTLS: this binary cannot reach an https: replica.
-var errNoTLS = errors.New("hook-url names an https:// controller, which this binary cannot reach")
-
-// ErrNeedsTLS is Main's answer, before any call, for a Juice job whose hook-url names an https: replica when TLS
-// is nil: the caller runs `juice-slurm hook` instead (cmd/juice-slurm-hook execs it).
-var ErrNeedsTLS = fmt.Errorf("%w: run `juice-slurm hook`, or name the controller's unix: hook socket", errNoTLS)
+// ErrNeedsTLS is Main's answer, before anything is done, for a Juice job whose hook-url names an https: replica
+// when TLS is nil: the caller runs `juice-slurm hook` instead (cmd/juice-slurm-hook execs it).
+var ErrNeedsTLS = errors.New("hook-url names an https:// controller, which this binary cannot reach: run `juice-slurm hook`, or name the controller's unix: hook socket")
 
 // DefaultConfig is the settings file Main reads when neither --config nor JUICE_CONFIG names one; tests clear it.
 var DefaultConfig = settings.DefaultFile
@@ -111,7 +108,7 @@ func (o *Opts) run(ctx context.Context, which string, parseErr error, getenv fun
 	var tlsErr error
 	if hookwire.NeedsTLS(*url) {
 		if TLS == nil {
-			tlsErr = errNoTLS
+			tlsErr = ErrNeedsTLS
 		} else {
 			h.client.Post, tlsErr = TLS(*o.caFile)
 		}
@@ -129,6 +126,10 @@ func (o *Opts) run(ctx context.Context, which string, parseErr error, getenv fun
 		}
 	}
 	juice, err := h.fromEnv(getenv, *trustComment)
+	if err == nil && juice && tlsErr == ErrNeedsTLS {
+		// Handed over before anything is done here: juice-slurm hook does it all, the leftovers' scan included.
+		return ErrNeedsTLS
+	}
 	if err == nil && which == "prolog" {
 		// Before any job of this id starts, Juice or not: a file an earlier job with the same id left behind
 		// must never reach it (the compute node's plugin, which cannot know the reservation, would open it).
@@ -143,8 +144,6 @@ func (o *Opts) run(ctx context.Context, which string, parseErr error, getenv fun
 		return Exit(1)
 	case !juice:
 		return nil // not a Juice job: nothing to wait for
-	case errors.Is(tlsErr, errNoTLS):
-		return ErrNeedsTLS
 	case tlsErr != nil:
 		h.say("%v", tlsErr)
 		if which == "epilog" {
