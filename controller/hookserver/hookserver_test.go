@@ -113,16 +113,21 @@ const secret = "hook-secret-for-tests"
 // serve runs a on a loopback listener, as the controller does (Listen, HTTPServer), and returns its address.
 func serve(t *testing.T, a *Server) string {
 	t.Helper()
-	dir := t.TempDir()
-	f := filepath.Join(dir, "hook.secret")
-	require.NoError(t, os.WriteFile(f, []byte(secret+"\n"), 0o600))
-	a.Secret, a.Log = secretfile.New(f, nil), logr.Discard()
+	withSecret(t, a)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := a.HTTPServer()
 	go srv.Serve(a.Listen(ln))
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()
+}
+
+// withSecret gives a the test secret, in a file of its own, and a quiet log.
+func withSecret(t *testing.T, a *Server) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "hook.secret")
+	require.NoError(t, os.WriteFile(f, []byte(secret+"\n"), 0o600))
+	a.Secret, a.Log = secretfile.New(f, nil), logr.Discard()
 }
 
 func call(ctx context.Context, t *testing.T, url, auth, body string) int {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -23,11 +22,8 @@ import (
 // allowed deciding who may call; it returns the socket's unix: URL.
 func serveSocket(t *testing.T, a *Server, allowed func(uint32) bool) string {
 	t.Helper()
-	dir := t.TempDir()
-	f := filepath.Join(dir, "hook.secret")
-	require.NoError(t, os.WriteFile(f, []byte(secret+"\n"), 0o600))
-	a.Secret, a.Log = secretfile.New(f, nil), logr.Discard()
-	run := filepath.Join(dir, "run")
+	withSecret(t, a)
+	run := filepath.Join(t.TempDir(), "run")
 	require.NoError(t, os.Mkdir(run, 0o755))
 	path := filepath.Join(run, "hook.sock")
 	ln, err := netListenUnix(path)
