@@ -170,7 +170,8 @@ func (l *uidListener) Accept() (net.Conn, error) {
 		if err == nil && l.allowed(uid) {
 			return c, nil
 		}
-		c.Close()
+		// Counted before the close, so that the count is there when the caller sees it refused.
 		l.refused(uid, err)
+		c.Close()
 	}
 }
