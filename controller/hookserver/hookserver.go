@@ -37,7 +37,8 @@ type Jobs interface {
 // Store is what the hook server reads and writes of the reservations (store.Store).
 type Store interface {
 	Cluster() string
-	LiveRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error)
+	// LiveRunSealed is the run's live reservation and its sealed session file (nil when none), in one query.
+	LiveRunSealed(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, []byte, error)
 	ForRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error)
 	Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error)
 	Sealed(ctx context.Context, id uuid.UUID) ([]byte, error)
@@ -247,7 +248,8 @@ func (a *Server) prolog(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("bad request: this controller serves cluster %q, not %q", a.Store.Cluster(), in.Cluster), http.StatusBadRequest)
 		return
 	}
-	res, err := a.Store.LiveRun(r.Context(), run)
+	// A ready session's prolog is this one query: the row and its file together.
+	res, sealed, err := a.Store.LiveRunSealed(r.Context(), run)
 	if errors.Is(err, reconcile.ErrNotFound) {
 		var rep *hookapi.PrologReply
 		res, rep, err = a.register(r.Context(), run)
@@ -287,10 +289,12 @@ func (a *Server) prolog(w http.ResponseWriter, r *http.Request) {
 		rep.Outcome = hookapi.OutcomeFailed
 		rep.Reason = "the reservation was let go before the job started: " + out.Spec.WantReason
 	case out.SealedFor():
-		sealed, err := a.Store.Sealed(r.Context(), out.ID)
-		if err != nil || sealed == nil {
-			// Moved on since it was read (lost, say): the next call sees where it went.
-			break
+		if out.ID != res.ID || out.Status.Version != res.Status.Version || sealed == nil {
+			// The status changed during the wait (a status write bumps its version): its file is read now.
+			if sealed, err = a.Store.Sealed(r.Context(), out.ID); err != nil || sealed == nil {
+				// Moved on since it was read (lost, say): the next call sees where it went.
+				break
+			}
 		}
 		if h, err := session.HeaderOf(sealed); err != nil || h.Binding.Cluster != run.Cluster || h.Binding.JobID != run.JobID ||
 			h.Binding.Run != run.Run || h.Binding.Reservation != out.ID {

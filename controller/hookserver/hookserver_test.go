@@ -1,6 +1,7 @@
 package hookserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
@@ -32,21 +34,37 @@ type memStore struct {
 	r     reconcile.Reservation
 	reads atomic.Int32
 
+	// sealed is the file LiveRunSealed reads with r; later, when set, is what Get reads (the row as a status write
+	// left it during the wait), whose file Sealed reads (counted in sealedReads).
+	sealed, laterSealed []byte
+	later               *reconcile.Reservation
+	sealedReads         atomic.Int32
+
 	mu       sync.Mutex
 	observed []string // ObserveJob's job states
 }
 
 func (*memStore) Cluster() string { return "c1" }
 
-func (m *memStore) LiveRun(_ context.Context, run reconcile.RunID) (reconcile.Reservation, error) {
+func (m *memStore) LiveRunSealed(_ context.Context, run reconcile.RunID) (reconcile.Reservation, []byte, error) {
 	if run != m.r.Run {
-		return reconcile.Reservation{}, reconcile.ErrNotFound
+		return reconcile.Reservation{}, nil, reconcile.ErrNotFound
 	}
 	m.reads.Add(1)
+	return m.r, m.sealed, nil
+}
+
+func (m *memStore) Get(context.Context, uuid.UUID) (reconcile.Reservation, error) {
+	if m.later != nil {
+		return *m.later, nil
+	}
 	return m.r, nil
 }
 
-func (m *memStore) Get(context.Context, uuid.UUID) (reconcile.Reservation, error) { return m.r, nil }
+func (m *memStore) Sealed(context.Context, uuid.UUID) ([]byte, error) {
+	m.sealedReads.Add(1)
+	return m.laterSealed, nil
+}
 
 func (m *memStore) ObserveJob(_ context.Context, _ uuid.UUID, state, _ string) error {
 	m.mu.Lock()
@@ -88,6 +106,36 @@ func TestPrologRecordsThatSlurmStartedTheRun(t *testing.T) {
 		require.Equal(t, c.want, st.observed, "spec job state %q", c.state)
 		st.mu.Unlock()
 	}
+}
+
+// A prolog whose session is ready reads the row and its file in one query; one whose session is sealed while it
+// waits (a status write: a new version) reads the file that write stored, never the one of its first read.
+func TestPrologOfAReadySessionIsOneRead(t *testing.T) {
+	run := reconcile.RunID{Cluster: "c1", JobID: 1}
+	ready := reconcile.Reservation{ID: uuid.New(), Run: run, Spec: reconcile.Spec{Wanted: true, JobState: "RUNNING"},
+		Status: reconcile.Status{State: reconcile.StateReady, SealedJobID: 1, Version: 3}}
+	seal := func(note string) []byte {
+		b, err := session.Seal(bytes.Repeat([]byte{7}, 32), session.Binding{Cluster: "c1", JobID: 1, Reservation: ready.ID},
+			[]session.EnvVar{{Name: "JUICE_NOTE", Value: note}})
+		require.NoError(t, err)
+		return b
+	}
+	st := &memStore{r: ready, sealed: seal("first")}
+	rep := prologReply(t, serve(t, &Server{Store: st, Unmunge: "/bin/false"}), 1)
+	require.Equal(t, hookapi.OutcomeReady, rep.Outcome)
+	require.Equal(t, st.sealed, rep.Session)
+	require.Equal(t, int32(1), st.reads.Load())
+	require.Zero(t, st.sealedReads.Load(), "the file came with the row")
+
+	waiting := ready
+	waiting.Status.State, waiting.Status.SealedJobID = reconcile.StateWaiting, 0
+	later := ready
+	later.Status.Version = 5
+	st = &memStore{r: waiting, sealed: seal("stale"), later: &later, laterSealed: seal("sealed during the wait")}
+	rep = prologReply(t, serve(t, &Server{Store: st, Unmunge: "/bin/false", Recheck: 10 * time.Millisecond}), 1)
+	require.Equal(t, hookapi.OutcomeReady, rep.Outcome)
+	require.Equal(t, st.laterSealed, rep.Session)
+	require.Equal(t, int32(1), st.sealedReads.Load())
 }
 
 // A reservation let go without ending its run (it yielded its pool to another started job just as this one

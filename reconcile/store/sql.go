@@ -154,10 +154,12 @@ var (
 
 // Reads.
 var (
-	sqlByID      = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND id = $2`
-	sqlSealed    = `SELECT sealed FROM juice_reservations WHERE cluster = $1 AND id = $2`
-	sqlLiveRun   = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3 AND ` + blocksNew
-	sqlLatestRun = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
+	sqlByID    = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND id = $2`
+	sqlSealed  = `SELECT sealed FROM juice_reservations WHERE cluster = $1 AND id = $2`
+	sqlLiveRun = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3 AND ` + blocksNew
+	// The same with the sealed session file: a prolog whose session is ready makes this one query.
+	sqlLiveRunSealed = `SELECT ` + columns + `, sealed FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3 AND ` + blocksNew
+	sqlLatestRun     = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND job_id = $2 AND run = $3
 		ORDER BY created_at DESC, id DESC LIMIT 1`
 	// Every reservation of one run, open or final, as sqlTracked reads them: what reconcile.Reservable needs.
 	sqlRunReservations = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason,

@@ -443,6 +443,21 @@ func (s *Store) LiveRun(ctx context.Context, run reconcile.RunID) (reconcile.Res
 	return r, nil
 }
 
+// LiveRunSealed is LiveRun with the reservation's sealed session file (nil when it has none), in one query: what a
+// prolog reads first, and all it reads when the session is ready.
+func (s *Store) LiveRunSealed(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, []byte, error) {
+	var sealed []byte
+	rows, err := s.pool.Query(ctx, sqlLiveRunSealed, s.cluster, int64(run.JobID), run.Run)
+	rs, err := scanRows(rows, err, &sealed)
+	if err == nil && len(rs) == 0 {
+		err = reconcile.ErrNotFound
+	}
+	if err != nil {
+		return reconcile.Reservation{}, nil, fmt.Errorf("reservation of %s: %w", run, err)
+	}
+	return rs[0], sealed, nil
+}
+
 // ForRun returns the run's live reservation (or the one that ended it), or else its latest.
 func (s *Store) ForRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error) {
 	r, err := scanOne(s.pool.Query(ctx, sqlLiveRun, s.cluster, int64(run.JobID), run.Run))
@@ -748,6 +763,12 @@ func scanOne(rows pgx.Rows, err error) (reconcile.Reservation, error) {
 }
 
 func scanAll(rows pgx.Rows, err error) ([]reconcile.Reservation, error) {
+	return scanRows(rows, err)
+}
+
+// scanRows reads rows of the reservation columns, each followed by the columns extra scans into (the last row's
+// values are left there).
+func scanRows(rows pgx.Rows, err error, extra ...any) ([]reconcile.Reservation, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -760,6 +781,7 @@ func scanAll(rows pgx.Rows, err error) ([]reconcile.Reservation, error) {
 			&r.Spec.Wanted, &r.Spec.WantReason, &r.Spec.RunOver, &r.Spec.JobState, &r.Spec.JobReason,
 			&r.Status.State, &r.Status.Reason, &r.Status.FailReason, &r.Status.Requested, &r.Status.SessionID,
 			&r.Status.AgentAddress, &readyAt, &r.Status.UpdatedAt, &r.Status.Version, &array, &task, &sealedFor, &r.Status.MaybeOrphans}
+		dest = append(dest, extra...)
 		if n := len(row.FieldDescriptions()); n > len(dest) {
 			var notified string // the notification column of sqlEnsure
 			dest = append(dest, &notified)

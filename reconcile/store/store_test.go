@@ -109,6 +109,13 @@ func TestStoreLifecycle(t *testing.T) {
 	sealed, err := s.Sealed(ctx, r.ID)
 	require.NoError(t, err)
 	require.Equal(t, []byte{1, 2, 3}, sealed)
+	// A prolog's one query: the same row, and the file with it.
+	live, sealed, err := s.LiveRunSealed(ctx, run)
+	require.NoError(t, err)
+	require.Equal(t, got, live)
+	require.Equal(t, []byte{1, 2, 3}, sealed)
+	_, _, err = s.LiveRunSealed(ctx, reconcile.RunID{Cluster: run.Cluster, JobID: run.JobID, Run: run.Run + 1})
+	require.ErrorIs(t, err, reconcile.ErrNotFound)
 
 	// A status write that does not carry the sealed file keeps it.
 	r.Status.Sealed = nil

@@ -37,7 +37,7 @@ type P6Result struct {
 }
 
 // armedStore is the hook API's store with a signal: the hook's wait is armed once it has read the row after
-// subscribing (Get, with NOTIFY) or, without a hub, after its first read (LiveRun); the benchmark commits only
+// subscribing (Get, with NOTIFY) or, without a hub, after its first read (LiveRunSealed); the benchmark commits only
 // then, so each trial measures the wake-up and not a race with the subscription.
 type armedStore struct {
 	*store.Store
@@ -68,12 +68,12 @@ func (s *armedStore) Get(ctx context.Context, id uuid.UUID) (reconcile.Reservati
 	return r, err
 }
 
-func (s *armedStore) LiveRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error) {
-	r, err := s.Store.LiveRun(ctx, run)
+func (s *armedStore) LiveRunSealed(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, []byte, error) {
+	r, sealed, err := s.Store.LiveRunSealed(ctx, run)
 	if !s.onGet && err == nil {
 		s.signal(r.ID)
 	}
-	return r, err
+	return r, sealed, err
 }
 
 // P6 measures the time from the commit that makes a reservation ready to the HTTP reply of a prolog call that
