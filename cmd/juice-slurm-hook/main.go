@@ -22,7 +22,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"syscall"
 
@@ -39,9 +38,11 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: juice-slurm-hook prolog|epilog [flags]")
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := hook.Main(ctx, args[0], args[1:], os.Getenv, os.Stderr)
+	// No signal handler (os/signal's set-up alone is a quarter of an empty program's start): slurmctld's SIGTERM
+	// or SIGKILL ends the process at once, which fails the prolog as its exit would, and the controller sees the
+	// connection close. A session file cut off while written is under a temporary name, which the plugin never
+	// opens.
+	err := hook.Main(context.Background(), args[0], args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, hook.ErrNeedsTLS) {
 		err = execJuiceSlurm(args)
 		if args[0] == "epilog" {

@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -62,7 +61,7 @@ func IsPermanent(err error) bool { return hookwire.IsPermanent(err) }
 func SocketPath(url string) string { return hookwire.SocketPath(url) }
 
 // DialUnix connects to the hook API's socket at path and proves its listener (hookwire.DialUnix).
-func DialUnix(ctx context.Context, path string) (net.Conn, error) {
+func DialUnix(ctx context.Context, path string) (*hookwire.Conn, error) {
 	return hookwire.DialUnix(ctx, path)
 }
 

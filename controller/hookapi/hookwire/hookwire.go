@@ -208,11 +208,6 @@ func PostUnix(ctx context.Context, sock, path, auth string, body []byte, out any
 		return err
 	}
 	defer conn.Close()
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(deadline)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	req := "POST " + path + " HTTP/1.0\r\nHost: hook-socket\r\nAuthorization: " + auth +
 		"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
 	if _, err := conn.Write(append([]byte(req), body...)); err != nil {

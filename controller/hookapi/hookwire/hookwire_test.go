@@ -2,8 +2,13 @@ package hookwire
 
 import (
 	"bufio"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -50,4 +55,39 @@ func TestNeedsTLS(t *testing.T) {
 	require.True(t, NeedsTLS("http://127.0.0.1:7171"))
 	require.Equal(t, "/b.sock", SocketPath("unix:///b.sock"))
 	require.Equal(t, "/a.sock", SocketPath("unix:/a.sock"))
+}
+
+// A controller that accepts and never answers holds a call only until its context ends: by its deadline (the
+// kernel's time-outs and the shutdown) or by its cancellation, each reported with the context's error.
+func TestPostUnixEndsWithItsContext(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	sock := filepath.Join(dir, "hook.sock")
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	var out struct{}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = PostUnix(ctx, sock, "/v1/prolog", "Bearer x", []byte("{}"), &out)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	err = PostUnix(ctx, sock, "/v1/prolog", "Bearer x", []byte("{}"), &out)
+	require.ErrorIs(t, err, context.Canceled)
+
+	// Nobody listening: an error naming the socket, at once.
+	ln.Close()
+	err = PostUnix(context.Background(), sock, "/v1/prolog", "Bearer x", []byte("{}"), &out)
+	require.ErrorContains(t, err, sock)
 }
