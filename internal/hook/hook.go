@@ -9,7 +9,9 @@
 package hook
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/juice-slurm/juice-slurm/controller/hookapi/hookwire"
@@ -335,33 +338,66 @@ func (h *hook) removeSession() {
 // (runs only grow), which the plugin, taking the newest file at or above the run it knows, would otherwise take.
 // Quiet unless it removes something or cannot.
 //
-// It reads the directory's names once and sorts nothing (filepath.Glob sorts them all): the directory holds a
-// file per running Juice job, and every prolog reads it (10,000 names: 3.2 ms against Glob's 4.5 ms here).
+// Every prolog reads the directory, which holds a file per running Juice job, so it reads the kernel's records
+// into one buffer and looks at each name where it lies: a string is made only for a name of this job id
+// (os.ReadDir or Readdirnames would make one for every file; 10,000 names took them 3.2 ms here).
 func (h *hook) removeLeftovers() {
-	dir, err := os.Open(h.stateDir)
-	var names []string
-	if err == nil {
-		names, err = dir.Readdirnames(-1)
-		dir.Close()
+	fd, err := syscall.Open(h.stateDir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if err != syscall.ENOENT {
+			h.say("cannot look for leftover session files: open %s: %v", h.stateDir, err)
+		}
+		return
 	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		h.say("cannot look for leftover session files: %v", err)
-	}
+	defer syscall.Close(fd)
 	prefix := strconv.FormatUint(uint64(h.job), 10) + "."
-	for _, name := range names {
-		if !strings.HasPrefix(name, prefix) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := syscall.ReadDirent(fd, buf)
+		if err == syscall.EINTR {
 			continue
 		}
-		if job, _, ok := filename.Parse(name); !ok || job != h.job {
-			continue
+		if err != nil {
+			h.say("cannot look for leftover session files: read %s: %v", h.stateDir, err)
+			return
 		}
-		p := filepath.Join(h.stateDir, name)
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			h.say("cannot remove the leftover session file %s: %v", p, err)
-			continue
+		if n <= 0 {
+			return
 		}
-		h.say("removed a leftover session file of an earlier job with this id: %s", name)
+		for rec := buf[:n]; len(rec) >= direntName; {
+			// struct linux_dirent64: inode (8), offset (8), record length (2), type (1), the name ending in NUL.
+			size := int(binary.NativeEndian.Uint16(rec[16:18]))
+			if size < direntName || size > len(rec) {
+				h.say("cannot look for leftover session files: a bad directory record in %s", h.stateDir)
+				return
+			}
+			name := rec[direntName:size]
+			rec = rec[size:]
+			if len(name) <= len(prefix) || string(name[:len(prefix)]) != prefix {
+				continue
+			}
+			if end := bytes.IndexByte(name, 0); end >= 0 {
+				name = name[:end]
+			}
+			h.removeLeftover(string(name))
+		}
 	}
+}
+
+// direntName is where a name starts in a struct linux_dirent64.
+const direntName = 19
+
+// removeLeftover removes name, a file of this job id in the state directory, if it is a session file.
+func (h *hook) removeLeftover(name string) {
+	if job, _, ok := filename.Parse(name); !ok || job != h.job {
+		return
+	}
+	p := filepath.Join(h.stateDir, name)
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		h.say("cannot remove the leftover session file %s: %v", p, err)
+		return
+	}
+	h.say("removed a leftover session file of an earlier job with this id: %s", name)
 }
 
 // reasonPrefix starts every reason the hook writes into a job's comment. A request starts "juice:v1:", so a

@@ -162,6 +162,27 @@ func TestPrologFailsAtOnceOnAPermanentRefusal(t *testing.T) {
 	require.Contains(t, w.stderr.String(), "HTTP 401")
 }
 
+// A state directory of many files, read in several batches of records: every leftover of the job id goes, wherever
+// it lies among them, and nothing else.
+func TestLeftoversAmongManyFiles(t *testing.T) {
+	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeNone}))
+	const others = 3000 // about 100 KiB of directory records: more than one read
+	for i := 0; i < others; i++ {
+		require.NoError(t, os.WriteFile(filepath.Join(w.stateDir, fmt.Sprintf("%d.%d.session", 1000+i, i%3)), nil, 0o600))
+		if i%1000 == 500 {
+			require.NoError(t, os.WriteFile(filepath.Join(w.stateDir, fmt.Sprintf("42.%d.session", i)), nil, 0o600))
+		}
+	}
+	require.Equal(t, 0, exitStatus(w.run("prolog")), w.stderr.String())
+	entries, err := os.ReadDir(w.stateDir)
+	require.NoError(t, err)
+	require.Len(t, entries, others)
+	for _, e := range entries {
+		require.False(t, strings.HasPrefix(e.Name(), "42."), e.Name())
+	}
+	require.Equal(t, 3, strings.Count(w.stderr.String(), "removed a leftover"), w.stderr.String())
+}
+
 func TestPrologOutcomes(t *testing.T) {
 	w := newHookWorld(t, answer(hookapi.PrologReply{Outcome: hookapi.OutcomeFailed, Reason: "the pool can never fit 9 GPUs\nforged line"}))
 	require.Equal(t, 1, exitStatus(w.run("prolog")))
