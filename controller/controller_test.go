@@ -280,10 +280,34 @@ func TestHookAPI(t *testing.T) {
 	code, _ = post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "elsewhere", JobID: 42, WaitSeconds: 1})
 	require.Equal(t, http.StatusBadRequest, code, "another cluster's run")
 
+	// Nobody else waits for the pool: the epilog is answered at once, and the release goes on.
 	code, out = post(t, c, "/v1/epilog", hookSecret, hookapi.EpilogRequest{Cluster: "c1", JobID: 42, WaitSeconds: 10})
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, hookapi.OutcomeReleased, out["outcome"], "%v", out)
-	require.Empty(t, h.liveSessions())
+	require.Equal(t, hookapi.OutcomeWaiting, out["outcome"], "%v", out)
+	eventually(t, 10*time.Second, "the session released", func() bool { return len(h.liveSessions()) == 0 })
+}
+
+// The epilog waits for its run's release only while another run waits for GPUs in the pool (its nodes, kept
+// COMPLETING, then go to Slurm's next job once the GPUs are back); with nobody waiting it is answered at once.
+func TestEpilogWaitsOnlyWhileAnotherRunWaitsForThePool(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	// Another client holds one of the pool's two agents of 4 GPUs: job 44's 4 GPUs wait for job 42's one.
+	_, err := h.juice.RequestSession(context.Background(), uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 4})
+	require.NoError(t, err)
+	h.slurm.Set(fakeslurm.JuiceJob(42, 0, slurmrest.StateConfiguring, "juice:v1:pool=test,gpus=1"),
+		fakeslurm.JuiceJob(44, 0, slurmrest.StatePending, "juice:v1:pool=test,gpus=4"))
+	c, _ := h.startController("a", Config{})
+	code, out := post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "c1", JobID: 42, WaitSeconds: 10})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, hookapi.OutcomeReady, out["outcome"], "%v", out)
+	eventually(t, 10*time.Second, "job 44 waits for the whole pool", func() bool {
+		st := h.stateOf(reconcile.RunID{Cluster: "c1", JobID: 44})
+		return st == reconcile.StatePending || st == reconcile.StateRequesting || st == reconcile.StateWaiting
+	})
+	code, out = post(t, c, "/v1/epilog", hookSecret, hookapi.EpilogRequest{Cluster: "c1", JobID: 42, WaitSeconds: 10})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, hookapi.OutcomeReleased, out["outcome"], "job 44 waits: the epilog waits for the release: %v", out)
 }
 
 // A ready run's sealed session survives everything observers do (the first version's poller wiped it when it

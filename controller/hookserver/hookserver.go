@@ -47,6 +47,7 @@ type Store interface {
 	ForUser(ctx context.Context, user string, limit int) ([]reconcile.Reservation, error)
 	Events(ctx context.Context, id uuid.UUID) ([]reconcile.Transition, error)
 	ObserveJob(ctx context.Context, id uuid.UUID, jobState, jobReason string) error
+	PoolWaits(ctx context.Context, pool string, except uuid.UUID) (bool, error)
 }
 
 // Metrics counts the hook server's calls and refusals (controller.Metrics).
@@ -368,7 +369,10 @@ func (a *Server) epilog(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	out := a.wait(r.Context(), res, in.WaitSeconds, func(r *reconcile.Reservation) bool { return r.Status.State.Final() })
+	out := res
+	if a.othersWait(r.Context(), res) {
+		out = a.wait(r.Context(), res, in.WaitSeconds, func(r *reconcile.Reservation) bool { return r.Status.State.Final() })
+	}
 	rep := hookapi.EpilogReply{Outcome: hookapi.OutcomeWaiting, State: string(out.Status.State), Reason: out.Status.Reason}
 	if out.Status.State.Final() {
 		rep.Outcome = hookapi.OutcomeReleased
@@ -377,6 +381,23 @@ func (a *Server) epilog(w http.ResponseWriter, r *http.Request) {
 }
 
 // maxWait is the longest wait of one call.
+// othersWait reports whether the epilog of r's run waits for its release: only where another run waits for GPUs
+// in its pool. Without licenses the job's nodes stay COMPLETING meanwhile, so Slurm's next job there starts once the
+// GPUs are back instead of waiting for them in its prolog. Where nobody waits, the wait would only hold the job
+// (the burst's last wave): the release goes on all the same, the reconciler having heard of the end. Slurm gives a
+// job's licenses back at its end, before the epilog, so with licenses on nothing in Slurm waits for it either.
+func (a *Server) othersWait(ctx context.Context, r reconcile.Reservation) bool {
+	if r.Status.State.Final() {
+		return false
+	}
+	waits, err := a.Store.PoolWaits(ctx, r.Request.Pool, r.ID)
+	if err != nil {
+		a.Log.Error(err, "epilog: waiting for the release, as if another run waited for the pool", "reservation", r.ID)
+		return true
+	}
+	return waits
+}
+
 func (a *Server) maxWait() time.Duration {
 	if a.MaxWait == 0 {
 		return 30 * time.Second

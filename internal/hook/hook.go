@@ -81,7 +81,7 @@ func Flags(fs *flag.FlagSet) *Opts {
 		secretFile:   fs.String("hook-secret", "/etc/juice-slurm/hook.secret", "file holding the hook secret (mode 0600)"),
 		stateDir:     fs.String("state-dir", "/var/spool/juice-slurm/sessions", "the shared state directory for session files"),
 		prologWait:   fs.Duration("prolog-wait", 240*time.Second, "how long the prolog waits for a session; keep it well below srun's give-up time (450s by default)"),
-		epilogWait:   fs.Duration("epilog-wait", 15*time.Second, "how long the epilog waits for the release"),
+		epilogWait:   fs.Duration("epilog-wait", 15*time.Second, "how long the epilog waits for the release, which it does only while another run waits for GPUs in the pool"),
 		trustComment: fs.Bool("trust-comment", false, "also treat a job whose SLURM_JOB_COMMENT is a Juice request as a Juice job (the controller must trust comments too)"),
 		logFile:      fs.String("hook-log", "", "also append progress to this file (slurmctld 22.05 discards the hooks' output)"),
 		scontrol:     fs.String("scontrol", "/usr/bin/scontrol", "scontrol, to tell the job's user why it got no GPUs (scontrol notify, and the job's comment); empty: tell nobody"),

@@ -196,6 +196,10 @@ var (
 	// asked of the Juice Controller and are not released yet, on the partial index of open rows.
 	sqlHeldGPUs = `SELECT coalesce(sum(gpus), 0) FROM juice_reservations WHERE cluster = $1 AND pool = $2
 		AND user_name = $3 AND state IN ('requesting', 'waiting', 'ready', 'releasing')`
+	// Whether a run other than $3 waits for GPUs in a pool: wanted, and not served yet (on the partial index of
+	// open rows).
+	sqlPoolWaits = `SELECT EXISTS (SELECT 1 FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND id <> $3
+		AND wanted AND state IN ('pending', 'requesting', 'waiting'))`
 	sqlSummary = `SELECT pool, state, count(*) FROM juice_reservations WHERE cluster = $1
 		GROUP BY pool, state ORDER BY pool, state`
 	// Retention: the oldest reservations that ended before $2, at most $3 of them (index

@@ -639,6 +639,16 @@ func (s *Store) HeldGPUs(ctx context.Context, pool, user string) (int, error) {
 	return n, nil
 }
 
+// PoolWaits reports whether a run other than reservation except's waits for GPUs in pool: one wanted and not
+// served yet.
+func (s *Store) PoolWaits(ctx context.Context, pool string, except uuid.UUID) (bool, error) {
+	var waits bool
+	if err := s.pool.QueryRow(ctx, sqlPoolWaits, s.cluster, pool, except).Scan(&waits); err != nil {
+		return false, fmt.Errorf("does a run wait for pool %s: %w", pool, err)
+	}
+	return waits, nil
+}
+
 // UsageBy is what juice-slurm report groups by.
 type UsageBy string
 
