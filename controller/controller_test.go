@@ -280,10 +280,11 @@ func TestHookAPI(t *testing.T) {
 	code, _ = post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "elsewhere", JobID: 42, WaitSeconds: 1})
 	require.Equal(t, http.StatusBadRequest, code, "another cluster's run")
 
-	// Nobody else waits for the pool: the epilog is answered at once, and the release goes on.
+	// Nobody else waits for the pool: the epilog is answered at once (the release may be done already), and the
+	// release goes on.
 	code, out = post(t, c, "/v1/epilog", hookSecret, hookapi.EpilogRequest{Cluster: "c1", JobID: 42, WaitSeconds: 10})
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, hookapi.OutcomeWaiting, out["outcome"], "%v", out)
+	require.Contains(t, []any{hookapi.OutcomeWaiting, hookapi.OutcomeReleased}, out["outcome"], "%v", out)
 	eventually(t, 10*time.Second, "the session released", func() bool { return len(h.liveSessions()) == 0 })
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/internal/secretfile"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
@@ -40,6 +41,9 @@ type memStore struct {
 	later               *reconcile.Reservation
 	sealedReads         atomic.Int32
 
+	poolWaits bool         // what PoolWaits answers
+	gets      atomic.Int32 // Get's reads: a wait's re-reads
+
 	mu       sync.Mutex
 	observed []string // ObserveJob's job states
 }
@@ -55,11 +59,18 @@ func (m *memStore) LiveRunSealed(_ context.Context, run reconcile.RunID) (reconc
 }
 
 func (m *memStore) Get(context.Context, uuid.UUID) (reconcile.Reservation, error) {
+	m.gets.Add(1)
 	if m.later != nil {
 		return *m.later, nil
 	}
 	return m.r, nil
 }
+
+func (m *memStore) UnwantRun(context.Context, reconcile.RunID, string, bool) (bool, error) { return true, nil }
+
+func (m *memStore) ForRun(context.Context, reconcile.RunID) (reconcile.Reservation, error) { return m.r, nil }
+
+func (m *memStore) PoolWaits(context.Context, string, uuid.UUID) (bool, error) { return m.poolWaits, nil }
 
 func (m *memStore) Sealed(context.Context, uuid.UUID) ([]byte, error) {
 	m.sealedReads.Add(1)
@@ -136,6 +147,31 @@ func TestPrologOfAReadySessionIsOneRead(t *testing.T) {
 	require.Equal(t, hookapi.OutcomeReady, rep.Outcome)
 	require.Equal(t, st.laterSealed, rep.Session)
 	require.Equal(t, int32(1), st.sealedReads.Load())
+}
+
+// The epilog waits for the release (re-reading the row) only while another run waits for GPUs in the pool; with
+// nobody waiting it answers at once, having read nothing more.
+func TestEpilogWaitsOnlyForAnotherRun(t *testing.T) {
+	releasing := reconcile.Reservation{ID: uuid.New(), Run: reconcile.RunID{Cluster: "c1", JobID: 1},
+		Request: request.Request{Pool: "p", GPUs: 1}, Status: reconcile.Status{State: reconcile.StateReleasing}}
+	for _, waits := range []bool{false, true} {
+		st := &memStore{r: releasing, poolWaits: waits}
+		url := serve(t, &Server{Store: st, Unmunge: "/bin/false", Recheck: 10 * time.Millisecond})
+		req, err := http.NewRequest(http.MethodPost, url+"/v1/epilog", strings.NewReader(`{"cluster":"c1","job_id":1,"run":0,"wait_seconds":0.1}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var rep hookapi.EpilogReply
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&rep))
+		resp.Body.Close()
+		require.Equal(t, hookapi.OutcomeWaiting, rep.Outcome)
+		if waits {
+			require.Positive(t, st.gets.Load(), "another run waits: the epilog waited for the release")
+		} else {
+			require.Zero(t, st.gets.Load(), "nobody waits: the epilog answered at once")
+		}
+	}
 }
 
 // A reservation let go without ending its run (it yielded its pool to another started job just as this one
