@@ -66,11 +66,17 @@ func (m *memStore) Get(context.Context, uuid.UUID) (reconcile.Reservation, error
 	return m.r, nil
 }
 
-func (m *memStore) UnwantRun(context.Context, reconcile.RunID, string, bool) (bool, error) { return true, nil }
+func (m *memStore) UnwantRun(context.Context, reconcile.RunID, string, bool) (bool, error) {
+	return true, nil
+}
 
-func (m *memStore) ForRun(context.Context, reconcile.RunID) (reconcile.Reservation, error) { return m.r, nil }
+func (m *memStore) ForRun(context.Context, reconcile.RunID) (reconcile.Reservation, error) {
+	return m.r, nil
+}
 
-func (m *memStore) PoolWaits(context.Context, string, uuid.UUID) (bool, error) { return m.poolWaits, nil }
+func (m *memStore) PoolWaits(context.Context, string, uuid.UUID) (bool, error) {
+	return m.poolWaits, nil
+}
 
 func (m *memStore) Sealed(context.Context, uuid.UUID) ([]byte, error) {
 	m.sealedReads.Add(1)
