@@ -218,7 +218,7 @@ export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_LOG JUICE_HOOK_SECRET JUICE_STATE
 	return res, nil
 }
 
-// fsType names the file system holding dir (the session file is fsync'ed, which costs what the disk costs).
+// fsType names the file system holding dir (where the hook writes and renames the session file).
 func fsType(dir string) string {
 	out, err := exec.Command("stat", "-f", "-c", "%T", dir).Output()
 	if err != nil {

@@ -182,7 +182,7 @@ func writeP1(w io.Writer, r bench.P1Result) {
 	fmt.Fprintf(w, "### P1: prolog hook wall time, session already ready\n\n")
 	fmt.Fprintf(w, "%d runs, each a distinct job whose reservation a running controller had made ready; each run execs every path "+
 		"below once, in an order that turns from run to run (so load on the machine falls on all alike); the state directory is on %s "+
-		"(stat -f) (the hook fsyncs the session file). Load average at the end: %s.\n\n", r.Runs, r.StateDirFS, loadAvg())
+		"(stat -f) (the hook writes the session file and renames it, with no fsync). Load average at the end: %s.\n\n", r.Runs, r.StateDirFS, loadAvg())
 	fmt.Fprintf(w, "| what | p50 ms | p90 ms | p99 ms | max ms | p50 / floor p50 | p99 / floor p99 | CPU ms p50 | CPU ms p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range []struct {
 		name, cpu string
