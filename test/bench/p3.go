@@ -31,6 +31,9 @@ type P3Result struct {
 	P3Config
 	Elapsed    time.Duration // controller start → the N-th reservation ready (its NOTIFY)
 	PerSecond  float64
+	// Steady is the rate over the steady part: from 10 % to 90 % of the runs ready (issue 24: the start-up, the
+	// first poll and the tail out of the figure).
+	Steady float64
 	Passes     float64 // reconcile passes (all, including the ones NOTIFY's self-wake-ups cause)
 	JuiceCalls map[string]float64
 	Errors     float64
@@ -94,6 +97,9 @@ func P3(ctx context.Context, cfg P3Config) (P3Result, error) {
 	res.ProcCPU = procCPU() - cpu0
 	res.SystemBusy = readSystemCPU().busySince(sys0)
 	res.PerSecond = float64(cfg.N) / res.Elapsed.Seconds()
+	if d, k := watch.Between(cfg.N, 0.1, 0.9); d > 0 {
+		res.Steady = float64(k) / d.Seconds()
+	}
 	// Let the wake-ups the last commits caused drain before counting passes.
 	time.Sleep(300 * time.Millisecond)
 	res.Passes = Counter(rc.Metrics, "juice_slurm_reconcile_duration_seconds")

@@ -243,6 +243,19 @@ func (rw *ReadyWatcher) WaitFor(n int, within time.Duration) (time.Time, error) 
 	}
 }
 
+// Between is the time from the moment a fraction from of the n reservations had reached the state to the moment
+// a fraction to of them had (the steady part of a run, without its start and its tail), and how many reached it in
+// between.
+func (rw *ReadyWatcher) Between(n int, from, to float64) (time.Duration, int) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	i, j := int(from*float64(n)), int(to*float64(n))-1
+	if i < 0 || j >= len(rw.times) || j <= i {
+		return 0, 0
+	}
+	return rw.times[j].Sub(rw.times[i]), j - i
+}
+
 // Close stops watching (the context given to WatchState must end too).
 func (rw *ReadyWatcher) Close() { rw.conn.Close(context.Background()) }
 

@@ -224,20 +224,21 @@ func writeP3(w io.Writer, rs []bench.P3Result) {
 		"*store*: registered beforehand, queued by the leader's first resync; *poller*: listed RUNNING by the scripted Slurm, "+
 		"registered by the poller's first poll. Each run costs 3 transitions (3 transactions) and 2 calls to the simulator "+
 		"at least; passes and calls show the extra.\n\n", rs[0].N)
-	fmt.Fprintf(w, "| source | workers | PG conns | elapsed s | runs/s | vs target | passes/run | Juice calls/run (request + get) | errors | CPU s (this process) | machine busy |\n")
-	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "*steady runs/s*: from 10 %% to 90 %% of the runs ready (the figure issue 24 sets its target on); *runs/s*: all N over the whole time.\n\n")
+	fmt.Fprintf(w, "| source | workers | PG conns | elapsed s | runs/s | steady runs/s | vs target | passes/run | Juice calls/run (request + get) | errors | CPU s (this process) | machine busy |\n")
+	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
 		n := float64(r.N)
 		calls := fmt.Sprintf("%.2f + %.2f", r.JuiceCalls["request_session"]/n, r.JuiceCalls["get_session"]/n)
-		fmt.Fprintf(w, "| %s | %d | %d | %.2f | %.0f | %.2f | %.2f | %s | %.0f | %.2f | %.0f%% |\n", r.Source, r.Workers, r.PGConns,
-			r.Elapsed.Seconds(), r.PerSecond, r.PerSecond/2000, r.Passes/n, calls, r.Errors,
+		fmt.Fprintf(w, "| %s | %d | %d | %.2f | %.0f | %.0f | %.2f | %.2f | %s | %.0f | %.2f | %.0f%% |\n", r.Source, r.Workers, r.PGConns,
+			r.Elapsed.Seconds(), r.PerSecond, r.Steady, r.Steady/2000, r.Passes/n, calls, r.Errors,
 			r.ProcCPU.Seconds(), 100*r.SystemBusy)
 	}
 	best := 0.0
 	for _, r := range rs {
-		best = max(best, r.PerSecond)
+		best = max(best, r.Steady)
 	}
-	fmt.Fprintf(w, "\nTarget ≥ 2,000/s on 2 cores: %s (best %.0f/s).\n\n", verdict(best >= 2000), best)
+	fmt.Fprintf(w, "\nTarget ≥ 2,000/s on 2 cores, steady: %s (best %.0f/s).\n\n", verdict(best >= 2000), best)
 }
 
 func writeP5(w io.Writer, r bench.P5Result) {
