@@ -29,11 +29,11 @@ type P3Config struct {
 // P3Result is one configuration's throughput and what it cost.
 type P3Result struct {
 	P3Config
-	Elapsed    time.Duration // controller start → the N-th reservation ready (its NOTIFY)
-	PerSecond  float64
+	Elapsed   time.Duration // controller start → the N-th reservation ready (its NOTIFY)
+	PerSecond float64
 	// Steady is the rate over the steady part: from 10 % to 90 % of the runs ready (issue 24: the start-up, the
 	// first poll and the tail out of the figure).
-	Steady float64
+	Steady     float64
 	Passes     float64 // reconcile passes (all, including the ones NOTIFY's self-wake-ups cause)
 	JuiceCalls map[string]float64
 	Errors     float64
