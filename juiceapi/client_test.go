@@ -402,3 +402,59 @@ func TestRequestChecksThePoolOnceForManyRequests(t *testing.T) {
 	require.Equal(t, 2, requests(t, e.sim, "GET /v1/agents"), "a refusal is checked on a new listing")
 	require.Equal(t, 5, requests(t, e.sim, "POST /v1/request/session"), "the refused request was not sent")
 }
+
+// slowListing delays every agent listing, so that checks made together find the pool's view stale together.
+type slowListing struct{ next http.RoundTripper }
+
+func (s slowListing) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/agents" {
+		time.Sleep(200 * time.Millisecond)
+	}
+	return s.next.RoundTrip(r)
+}
+
+// Workers that check the same pool together share one listing of its agents (a big pool's listing is tens of
+// MiB, which each decoding its own copy multiplied).
+func TestChecksMadeTogetherShareOneListing(t *testing.T) {
+	t.Parallel()
+	e := start(t, juicesim.Config{}, func(hc *juiceapi.HTTPConfig) {
+		hc.HTTPClient = &http.Client{Transport: slowListing{http.DefaultTransport}}
+	})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := e.client.RequestSession(context.Background(), uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 1})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, requests(t, e.sim, "GET /v1/agents"), "eight checks made together, one listing")
+	require.Equal(t, 8, requests(t, e.sim, "POST /v1/request/session"))
+}
+
+// A check that shares a listing begun by one whose time then runs out lists the pool itself: the other's
+// deadline is not its own.
+func TestASharedListingCutShortIsTakenAgain(t *testing.T) {
+	t.Parallel()
+	e := start(t, juicesim.Config{}, func(hc *juiceapi.HTTPConfig) {
+		hc.HTTPClient = &http.Client{Transport: slowListing{http.DefaultTransport}}
+	})
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.client.RequestSession(short, uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 1})
+		first <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // the first listing under way
+	_, err := e.client.RequestSession(context.Background(), uuid.New(), juiceapi.SessionRequest{PoolID: "test", GPUs: 1})
+	require.NoError(t, err, "the second check's own time had not run out")
+	require.ErrorIs(t, <-first, context.DeadlineExceeded)
+}

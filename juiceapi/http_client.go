@@ -80,7 +80,8 @@ type HTTPClient struct {
 	poolSeen   map[string]string // GET /v1/pools: name -> id
 	poolAt     time.Time
 	fitMu      sync.Mutex
-	fitSeen    map[string]fitView // pool id -> its agents, for the check before a request
+	fitSeen    map[string]fitView  // pool id -> its agents, for the check before a request
+	fitFlight  map[string]*fitCall // pool id -> the listing under way, which later checks share
 }
 
 var _ Client = (*HTTPClient)(nil)
@@ -344,27 +345,53 @@ type fitView struct {
 	at     time.Time
 }
 
+// fitCall is one listing of a pool's agents for the fit check, shared by every check that needs it meanwhile.
+type fitCall struct {
+	done chan struct{}
+	v    fitView
+	err  error
+}
+
 // canEverFit says why req can never be held by the pool's agents ("" when it can, or when the listing is a full
 // legacy page and cannot tell), from a listing younger than fitRefresh unless fresh is set; listed says the pool
 // was listed for this answer.
+//
+// One listing of a pool at a time: the workers that find the view stale together share the one under way (a
+// pool of 12,500 agents lists in tens of MiB, which every worker decoding its own copy multiplied). A fresh check
+// never takes a listing begun before it asked.
 func (c *HTTPClient) canEverFit(ctx context.Context, poolID string, req SessionRequest, fresh bool) (why string, listed bool, err error) {
 	c.fitMu.Lock()
 	v, ok := c.fitSeen[poolID]
-	c.fitMu.Unlock()
 	if listed = !ok || fresh || time.Since(v.at) >= fitRefresh; listed {
-		agents, err := c.listAgents(ctx, poolID)
-		if err != nil {
-			return "", true, err
+		call := c.fitFlight[poolID]
+		if call == nil || fresh {
+			call = &fitCall{done: make(chan struct{})}
+			if !fresh {
+				if c.fitFlight == nil {
+					c.fitFlight = map[string]*fitCall{}
+				}
+				c.fitFlight[poolID] = call
+			}
+			c.fitMu.Unlock()
+			c.listFit(ctx, poolID, call, fresh)
+		} else {
+			c.fitMu.Unlock()
+			select {
+			case <-call.done:
+			case <-ctx.Done():
+				return "", true, ctx.Err()
+			}
+			if ctxErr(call.err) {
+				// The check that listed gave up (its own time ran out, or it was stopped), not this one: list anew.
+				call = &fitCall{done: make(chan struct{})}
+				c.listFit(ctx, poolID, call, true)
+			}
 		}
-		for i := range agents {
-			agents[i].Sessions = nil
+		if call.err != nil {
+			return "", true, call.err
 		}
-		v = fitView{agents: agents, at: time.Now()}
-		c.fitMu.Lock()
-		if c.fitSeen == nil {
-			c.fitSeen = map[string]fitView{}
-		}
-		c.fitSeen[poolID] = v
+		v = call.v
+	} else {
 		c.fitMu.Unlock()
 	}
 	if len(v.agents) >= 20 {
@@ -372,6 +399,57 @@ func (c *HTTPClient) canEverFit(ctx context.Context, poolID string, req SessionR
 	}
 	return CanEverFit(v.agents, req), listed, nil
 }
+
+// ctxErr reports whether err is a context's end.
+func ctxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// listFit makes call: lists the pool's agents, keeps them (without their sessions) as the pool's view, and wakes
+// the checks waiting on it.
+func (c *HTTPClient) listFit(ctx context.Context, poolID string, call *fitCall, fresh bool) {
+	defer close(call.done)
+	agents, err := c.listAgentsWithoutSessions(ctx, poolID)
+	c.fitMu.Lock()
+	defer c.fitMu.Unlock()
+	if !fresh && c.fitFlight[poolID] == call {
+		delete(c.fitFlight, poolID)
+	}
+	if call.err = err; err != nil {
+		return
+	}
+	call.v = fitView{agents: agents, at: time.Now()}
+	if c.fitSeen == nil {
+		c.fitSeen = map[string]fitView{}
+	}
+	c.fitSeen[poolID] = call.v
+}
+
+// listAgentsWithoutSessions lists a pool's agents as listAgents does, but never makes their sessions: the decoder
+// steps over them (the fit check looks at agents alone, and a big pool's sessions are most of the answer).
+func (c *HTTPClient) listAgentsWithoutSessions(ctx context.Context, poolID string) ([]Agent, error) {
+	path := "/v1/agents"
+	if poolID != "" {
+		path += "?pool_id=" + url.QueryEscape(poolID)
+	}
+	var listed []struct {
+		Agent
+		Sessions skipped `json:"sessions"`
+	}
+	if err := c.do(ctx, call{method: http.MethodGet, path: path, decode: jsonInto(&listed)}); err != nil {
+		return nil, err
+	}
+	agents := make([]Agent, len(listed))
+	for i := range listed {
+		agents[i] = listed[i].Agent
+	}
+	return agents, nil
+}
+
+// skipped is a JSON value read over and kept nowhere.
+type skipped struct{}
+
+func (*skipped) UnmarshalJSON([]byte) error { return nil }
 
 // poolRefresh is how long a pool listing is trusted before a name it lacks is looked up again.
 const poolRefresh = time.Minute
