@@ -68,6 +68,12 @@ type Reconciler struct {
 	held   map[uuid.UUID][]Transition
 	// OnReady, when set, hears of each reservation that became ready (for metrics).
 	OnReady func(r *Reservation)
+	// OnFreed, when set, hears of each pool where a run's session was cancelled (its reservation released): the
+	// controller hands the pool's queued runs to the reconciler at once, rather than at their next WaitPoll.
+	OnFreed func(ctx context.Context, pool string)
+	// freed is when each pool last had a session cancelled (freedAt).
+	freedMu sync.Mutex
+	freed   map[string]time.Time
 	Now     func() time.Time
 }
 
@@ -259,6 +265,10 @@ func (rc *Reconciler) waiting(ctx context.Context, log logr.Logger, r *Reservati
 			log.Info("pending jobs' reservations let the pool go to a started job", "pool", r.Request.Pool, "yielded", n)
 		}
 	}
+	if rc.freedLately(r.Request.Pool) {
+		// The pool has GPUs back since moments ago: placed at the scheduler's next tick, looked at as if assigned.
+		return Result{RequeueAfter: rc.WaitPoll / assignedPollDivisor}, true, nil
+	}
 	return Result{RequeueAfter: rc.WaitPoll}, true, nil
 }
 
@@ -339,7 +349,36 @@ func (rc *Reconciler) releasing(ctx context.Context, log logr.Logger, r *Reserva
 		}
 		reason = "session " + r.Status.SessionID + " cancelled at the Juice Controller"
 	}
-	return Result{}, false, rc.apply(ctx, log, r, EventClosed, reason)
+	if err := rc.apply(ctx, log, r, EventClosed, reason); err != nil {
+		return Result{}, false, err
+	}
+	if r.Status.Requested {
+		rc.poolFreed(ctx, r.Request.Pool)
+	}
+	return Result{}, false, nil
+}
+
+// poolFreed notes that pool has GPUs back: its queued sessions are looked at sooner until the Juice scheduler's
+// next tick has placed them (an array's next element waits in its prolog for one of them), starting at once.
+func (rc *Reconciler) poolFreed(ctx context.Context, pool string) {
+	rc.freedMu.Lock()
+	if rc.freed == nil {
+		rc.freed = map[string]time.Time{}
+	}
+	rc.freed[pool] = rc.now()
+	rc.freedMu.Unlock()
+	if rc.OnFreed != nil {
+		rc.OnFreed(ctx, pool)
+	}
+}
+
+// freedLately reports whether pool had a session cancelled within the last WaitPoll: about one tick of the Juice
+// scheduler (1 s for the legacy controller), in which a queued session of the pool may be placed.
+func (rc *Reconciler) freedLately(pool string) bool {
+	rc.freedMu.Lock()
+	defer rc.freedMu.Unlock()
+	at, ok := rc.freed[pool]
+	return ok && rc.now().Sub(at) < rc.WaitPoll
 }
 
 // cancelByKey cancels every placed session carrying the run's key but the one it knows: a request may have reached

@@ -405,6 +405,41 @@ func TestReadyOnAnAgentThatIsNoLongerActiveIsLost(t *testing.T) {
 	w.passFails(r.ID, "lost: session "+r.Status.SessionID+" is on agent a1")
 }
 
+// A released run gives its pool's GPUs back: the pool's queued runs are handed over at once (OnFreed), and a
+// session still queued in that pool is looked at as if assigned until about one scheduler tick has passed; a
+// queued session of another pool is not.
+func TestAReleaseHastensThePoolsQueuedRuns(t *testing.T) {
+	w := newWorld(t)
+	var freed []string
+	w.rc.OnFreed = func(_ context.Context, p string) { freed = append(freed, p) }
+	queued := w.add(reconcile.StateWaiting, func(r *reconcile.Reservation) { r.Status.SessionID = w.juice.Book(r.ID, r.Request) })
+	other := w.add(reconcile.StateWaiting, func(r *reconcile.Reservation) {
+		r.Request.Pool = "other"
+		r.Status.SessionID = w.juice.Book(r.ID, r.Request)
+	})
+	res, err := w.pass(queued.ID)
+	require.NoError(t, err)
+	assert.Equal(t, waitPoll, res.RequeueAfter, "no release yet")
+
+	done := w.add(reconcile.StateReleasing, w.onSession)
+	_, err = w.pass(done.ID)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.StateReleased, w.get(done.ID).Status.State)
+	assert.Equal(t, []string{pool}, freed)
+
+	res, err = w.pass(queued.ID)
+	require.NoError(t, err)
+	assert.Equal(t, waitPoll/5, res.RequeueAfter, "the pool has GPUs back: looked at sooner")
+	res, err = w.pass(other.ID)
+	require.NoError(t, err)
+	assert.Equal(t, waitPoll, res.RequeueAfter, "another pool's")
+
+	w.now = w.now.Add(waitPoll)
+	res, err = w.pass(queued.ID)
+	require.NoError(t, err)
+	assert.Equal(t, waitPoll, res.RequeueAfter, "a tick later, as any queued session")
+}
+
 func TestReleasing(t *testing.T) {
 	t.Run("cancels its session", func(t *testing.T) {
 		w := newWorld(t)

@@ -639,6 +639,19 @@ func (s *Store) HeldGPUs(ctx context.Context, pool, user string) (int, error) {
 	return n, nil
 }
 
+// QueuedIn returns the pool's wanted reservations whose sessions wait at the Juice Controller.
+func (s *Store) QueuedIn(ctx context.Context, pool string) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, sqlQueuedIn, s.cluster, pool)
+	if err != nil {
+		return nil, fmt.Errorf("queued runs of pool %s: %w", pool, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("queued runs of pool %s: %w", pool, err)
+	}
+	return ids, nil
+}
+
 // PoolWaits reports whether a run other than reservation except's waits for GPUs in pool: one wanted and not
 // served yet.
 func (s *Store) PoolWaits(ctx context.Context, pool string, except uuid.UUID) (bool, error) {

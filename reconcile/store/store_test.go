@@ -656,3 +656,48 @@ func TestObserveTimesWritesEachOnce(t *testing.T) {
 	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT job_start, job_end FROM juice_reservations WHERE id = $1`, r.ID).Scan(&got[0], &got[1]))
 	require.True(t, got[0].Equal(start) && got[1].Equal(start.Add(time.Minute)), "each written once: %v", got)
 }
+
+// A pool's queued runs (QueuedIn) and whether any run but one waits for its GPUs (PoolWaits): wanted runs not
+// served yet, of that pool only.
+func TestQueuedAndWaitingRunsOfAPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s := newStores(t, "c")
+	add := func(job uint32, pool string) reconcile.Reservation {
+		r, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: job},
+			Request: request.Request{Pool: pool, GPUs: 1}, UserName: "u"})
+		return r
+	}
+	held := add(1, "p")
+	queued := add(2, "p")
+	elsewhere := add(3, "q")
+	for _, r := range []*reconcile.Reservation{&held, &queued, &elsewhere} {
+		move(t, s, r, reconcile.EventRequest, "asking")
+		r.Status.SessionID = "s-" + r.ID.String()
+		move(t, s, r, reconcile.EventQueued, "queued")
+	}
+	held.Status.Sealed, held.Status.ReadyAt = []byte{1}, time.Now()
+	move(t, s, &held, reconcile.EventActive, "active")
+
+	ids, err := s.QueuedIn(ctx, "p")
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{queued.ID}, ids)
+	waits, err := s.PoolWaits(ctx, "p", held.ID)
+	require.NoError(t, err)
+	require.True(t, waits, "job 2 waits for pool p")
+	waits, err = s.PoolWaits(ctx, "p", queued.ID)
+	require.NoError(t, err)
+	require.False(t, waits, "only job 2 waits, and it is the one asking")
+	waits, err = s.PoolWaits(ctx, "r", held.ID)
+	require.NoError(t, err)
+	require.False(t, waits)
+
+	_, err = s.Unwant(ctx, queued.ID, "cancelled", true)
+	require.NoError(t, err)
+	ids, err = s.QueuedIn(ctx, "p")
+	require.NoError(t, err)
+	require.Empty(t, ids, "a run no longer wanted is not hastened")
+	waits, err = s.PoolWaits(ctx, "p", held.ID)
+	require.NoError(t, err)
+	require.False(t, waits)
+}
