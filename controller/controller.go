@@ -452,8 +452,8 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 			juice := juiceport.New(c.Juice)
 			rc := &reconcile.Reconciler{Store: c.Store, Juice: juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
 				WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
-				Liveness: &reconcile.Liveness{Juice: juice, Period: c.Config.ReadyCheck, Watched: true},
-				OnFreed:  func(ctx context.Context, pool string) { c.hastenQueued(ctx, pool, enqueue) }}
+				Liveness: &reconcile.Liveness{Juice: juice, Period: c.Config.ReadyCheck, Watched: true}}
+			rc.OnFreed = func(ctx context.Context, pool string) { c.hastenQueued(ctx, pool, rc, enqueue) }
 			if c.Config.StateDir != "" {
 				rc.Files = &session.StateDir{Path: c.Config.StateDir}
 			}
@@ -463,19 +463,24 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 	term.Run(ctx)
 }
 
-// hastenQueued hands the pool's runs whose sessions are queued at the Juice Controller to the reconciler at once:
-// the pool has GPUs back, and each would otherwise be looked at only at its next WaitPoll. A failure to list them
-// costs only that wait.
-func (c *Controller) hastenQueued(ctx context.Context, pool string, enqueue func(uuid.UUID)) {
-	ids, err := c.Store.QueuedIn(ctx, pool)
+// hastenQueued hands the pool's oldest runs whose sessions are queued at the Juice Controller to the reconciler at
+// once, to be looked at often until the scheduler's next tick (Reconciler.Hasten): the pool has GPUs back, and each
+// would otherwise be looked at only at its next WaitPoll. The oldest few only: the scheduler places the oldest
+// first, and a release frees one run's GPUs. A failure to list them costs only that wait.
+func (c *Controller) hastenQueued(ctx context.Context, pool string, rc *reconcile.Reconciler, enqueue func(uuid.UUID)) {
+	ids, err := c.Store.QueuedIn(ctx, pool, hastenQueued)
 	if err != nil {
 		c.Log.Error(err, "look at the queued runs of a pool that has GPUs back", "pool", pool)
 		return
 	}
+	rc.Hasten(ids...)
 	for _, id := range ids {
 		enqueue(id)
 	}
 }
+
+// hastenQueued is how many of a pool's queued runs a release hastens.
+const hastenQueued = 4
 
 // licenseSync is what keeps the licenses for a term, when Licenses is on (nil when off: a term then never runs
 // sacctmgr).

@@ -69,12 +69,13 @@ type Reconciler struct {
 	// OnReady, when set, hears of each reservation that became ready (for metrics).
 	OnReady func(r *Reservation)
 	// OnFreed, when set, hears of each pool where a run's session was cancelled (its reservation released): the
-	// controller hands the pool's queued runs to the reconciler at once, rather than at their next WaitPoll.
+	// controller hands the pool's oldest queued runs to Hasten and to the queue at once, rather than at their next
+	// WaitPoll.
 	OnFreed func(ctx context.Context, pool string)
-	// freed is when each pool last had a session cancelled (freedAt).
-	freedMu sync.Mutex
-	freed   map[string]time.Time
-	Now     func() time.Time
+	// hastened is when each run Hasten named was named.
+	hastenMu sync.Mutex
+	hastened map[uuid.UUID]time.Time
+	Now      func() time.Time
 }
 
 // Result tells the work queue when to look at the reservation again; zero means only when something changes.
@@ -265,8 +266,8 @@ func (rc *Reconciler) waiting(ctx context.Context, log logr.Logger, r *Reservati
 			log.Info("pending jobs' reservations let the pool go to a started job", "pool", r.Request.Pool, "yielded", n)
 		}
 	}
-	if rc.freedLately(r.Request.Pool) {
-		// The pool has GPUs back since moments ago: placed at the scheduler's next tick, looked at as if assigned.
+	if rc.hastenedLately(r.ID) {
+		// Its pool has GPUs back since moments ago: placed at the scheduler's next tick, looked at as if assigned.
 		return Result{RequeueAfter: rc.WaitPoll / assignedPollDivisor}, true, nil
 	}
 	return Result{RequeueAfter: rc.WaitPoll}, true, nil
@@ -358,26 +359,39 @@ func (rc *Reconciler) releasing(ctx context.Context, log logr.Logger, r *Reserva
 	return Result{}, false, nil
 }
 
-// poolFreed notes that pool has GPUs back: its queued sessions are looked at sooner until the Juice scheduler's
-// next tick has placed them (an array's next element waits in its prolog for one of them), starting at once.
+// poolFreed tells OnFreed that pool has GPUs back.
 func (rc *Reconciler) poolFreed(ctx context.Context, pool string) {
-	rc.freedMu.Lock()
-	if rc.freed == nil {
-		rc.freed = map[string]time.Time{}
-	}
-	rc.freed[pool] = rc.now()
-	rc.freedMu.Unlock()
 	if rc.OnFreed != nil {
 		rc.OnFreed(ctx, pool)
 	}
 }
 
-// freedLately reports whether pool had a session cancelled within the last WaitPoll: about one tick of the Juice
-// scheduler (1 s for the legacy controller), in which a queued session of the pool may be placed.
-func (rc *Reconciler) freedLately(pool string) bool {
-	rc.freedMu.Lock()
-	defer rc.freedMu.Unlock()
-	at, ok := rc.freed[pool]
+// Hasten has the runs ids, queued in a pool that just got GPUs back, looked at as often as assigned ones for about
+// one tick of the Juice scheduler (WaitPoll, 1 s for the legacy controller), in which one of them may be placed:
+// the next run waiting in its prolog is seen placed sooner. Only runs named here are: a pool's whole queue polled
+// that often would multiply the calls to the Juice Controller.
+func (rc *Reconciler) Hasten(ids ...uuid.UUID) {
+	rc.hastenMu.Lock()
+	defer rc.hastenMu.Unlock()
+	now := rc.now()
+	if rc.hastened == nil {
+		rc.hastened = map[uuid.UUID]time.Time{}
+	}
+	for id, at := range rc.hastened {
+		if now.Sub(at) >= rc.WaitPoll {
+			delete(rc.hastened, id)
+		}
+	}
+	for _, id := range ids {
+		rc.hastened[id] = now
+	}
+}
+
+// hastenedLately reports whether run id was named to Hasten within the last WaitPoll.
+func (rc *Reconciler) hastenedLately(id uuid.UUID) bool {
+	rc.hastenMu.Lock()
+	defer rc.hastenMu.Unlock()
+	at, ok := rc.hastened[id]
 	return ok && rc.now().Sub(at) < rc.WaitPoll
 }
 

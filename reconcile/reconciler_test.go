@@ -405,18 +405,17 @@ func TestReadyOnAnAgentThatIsNoLongerActiveIsLost(t *testing.T) {
 	w.passFails(r.ID, "lost: session "+r.Status.SessionID+" is on agent a1")
 }
 
-// A released run gives its pool's GPUs back: the pool's queued runs are handed over at once (OnFreed), and a
-// session still queued in that pool is looked at as if assigned until about one scheduler tick has passed; a
-// queued session of another pool is not.
+// A released run gives its pool's GPUs back: OnFreed hears of the pool, and the queued runs it names to Hasten are
+// looked at as if assigned until about one scheduler tick has passed; a queued run not named is not.
 func TestAReleaseHastensThePoolsQueuedRuns(t *testing.T) {
 	w := newWorld(t)
-	var freed []string
-	w.rc.OnFreed = func(_ context.Context, p string) { freed = append(freed, p) }
 	queued := w.add(reconcile.StateWaiting, func(r *reconcile.Reservation) { r.Status.SessionID = w.juice.Book(r.ID, r.Request) })
-	other := w.add(reconcile.StateWaiting, func(r *reconcile.Reservation) {
-		r.Request.Pool = "other"
-		r.Status.SessionID = w.juice.Book(r.ID, r.Request)
-	})
+	other := w.add(reconcile.StateWaiting, func(r *reconcile.Reservation) { r.Status.SessionID = w.juice.Book(r.ID, r.Request) })
+	var freed []string
+	w.rc.OnFreed = func(_ context.Context, p string) {
+		freed = append(freed, p)
+		w.rc.Hasten(queued.ID)
+	}
 	res, err := w.pass(queued.ID)
 	require.NoError(t, err)
 	assert.Equal(t, waitPoll, res.RequeueAfter, "no release yet")
@@ -429,10 +428,10 @@ func TestAReleaseHastensThePoolsQueuedRuns(t *testing.T) {
 
 	res, err = w.pass(queued.ID)
 	require.NoError(t, err)
-	assert.Equal(t, waitPoll/5, res.RequeueAfter, "the pool has GPUs back: looked at sooner")
+	assert.Equal(t, waitPoll/5, res.RequeueAfter, "its pool has GPUs back: looked at sooner")
 	res, err = w.pass(other.ID)
 	require.NoError(t, err)
-	assert.Equal(t, waitPoll, res.RequeueAfter, "another pool's")
+	assert.Equal(t, waitPoll, res.RequeueAfter, "not named: as any queued session")
 
 	w.now = w.now.Add(waitPoll)
 	res, err = w.pass(queued.ID)

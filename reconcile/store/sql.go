@@ -196,8 +196,9 @@ var (
 	// asked of the Juice Controller and are not released yet, on the partial index of open rows.
 	sqlHeldGPUs = `SELECT coalesce(sum(gpus), 0) FROM juice_reservations WHERE cluster = $1 AND pool = $2
 		AND user_name = $3 AND state IN ('requesting', 'waiting', 'ready', 'releasing')`
-	// The pool's runs whose sessions are queued at the Juice Controller (on the partial index of open rows).
-	sqlQueuedIn = `SELECT id FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND state = 'waiting' AND wanted`
+	// The pool's oldest $3 runs whose sessions are queued at the Juice Controller (on the partial index of open rows).
+	sqlQueuedIn = `SELECT id FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND state = 'waiting' AND wanted
+		ORDER BY created_at, id LIMIT $3`
 	// Whether a run other than $3 waits for GPUs in a pool: wanted, and not served yet (on the partial index of
 	// open rows).
 	sqlPoolWaits = `SELECT EXISTS (SELECT 1 FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND id <> $3

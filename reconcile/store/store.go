@@ -639,9 +639,9 @@ func (s *Store) HeldGPUs(ctx context.Context, pool, user string) (int, error) {
 	return n, nil
 }
 
-// QueuedIn returns the pool's wanted reservations whose sessions wait at the Juice Controller.
-func (s *Store) QueuedIn(ctx context.Context, pool string) ([]uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, sqlQueuedIn, s.cluster, pool)
+// QueuedIn returns the pool's oldest wanted reservations whose sessions wait at the Juice Controller, at most max.
+func (s *Store) QueuedIn(ctx context.Context, pool string, max int) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, sqlQueuedIn, s.cluster, pool, max)
 	if err != nil {
 		return nil, fmt.Errorf("queued runs of pool %s: %w", pool, err)
 	}
