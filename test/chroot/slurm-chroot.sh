@@ -302,8 +302,11 @@ configure() {
 	for d in /var/lib/slurm/slurmctld /var/log/slurm /run/munge /var/log/munge; do mkdir -p "$ROOT$d"; done
 	for n in "${NODES[@]}"; do mkdir -p "$ROOT/var/lib/slurm/slurmd/$n"; done
 	# Only what slurm does not own yet: a running slurmctld removes job files under a chown -R (it failed up while
-	# 20,000 purged jobs' files went away); -ignore_readdir_race lets find pass over them.
-	in_root find /var/lib/slurm /var/log/slurm -ignore_readdir_race ! -user slurm -exec chown slurm:slurm {} +
+	# 20,000 purged jobs' files went away); -ignore_readdir_race lets find pass over them. Not what a running
+	# slurmd keeps in its spool (root's job files, which come and go: chaos failed once when one went between
+	# find and chown, as slurmdbd was brought up again); the node's directory itself is taken.
+	in_root find /var/lib/slurm /var/log/slurm -ignore_readdir_race -path '/var/lib/slurm/slurmd/*/*' -prune \
+		-o ! -user slurm -exec chown slurm:slurm {} +
 	in_root chown munge:munge /run/munge /var/log/munge
 	if [ ! -s "$ROOT/etc/munge/munge.key" ]; then
 		in_root setpriv --reuid=munge --regid=munge --clear-groups mungekey --create >/dev/null
