@@ -226,10 +226,15 @@ func PostUnix(ctx context.Context, sock, path, auth string, body []byte, out any
 	return nil
 }
 
-// wrapCtx adds the context's error to err when the context ended: the caller sees why the call stopped.
+// wrapCtx adds the context's error to err when the context ended: the caller sees why the call stopped. A kernel
+// time-out is the context's deadline (the socket's time-outs are set from it), even where the context's own timer
+// has not fired yet.
 func wrapCtx(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return errors.Join(err, ctx.Err())
+	}
+	if _, ok := ctx.Deadline(); ok && errors.Is(err, errTimedOut) {
+		return errors.Join(err, context.DeadlineExceeded)
 	}
 	return err
 }

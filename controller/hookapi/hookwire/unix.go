@@ -132,10 +132,14 @@ func dial(ctx context.Context, path string) (*Conn, error) {
 	return c, nil
 }
 
-// timedOut names a kernel time-out (EAGAIN from a socket with SO_RCVTIMEO or SO_SNDTIMEO) as one.
+// errTimedOut is a kernel time-out: EAGAIN from a socket with SO_RCVTIMEO or SO_SNDTIMEO, which are set only from
+// the context's deadline.
+var errTimedOut = errors.New("timed out")
+
+// timedOut names a kernel time-out as one.
 func timedOut(err error) error {
 	if errors.Is(err, syscall.EAGAIN) {
-		return fmt.Errorf("%w (timed out)", err)
+		return fmt.Errorf("%w (%w)", err, errTimedOut)
 	}
 	return err
 }
