@@ -313,12 +313,8 @@ func (c *HTTPClient) ListAgents(ctx context.Context, pool string) ([]Agent, erro
 }
 
 func (c *HTTPClient) listAgents(ctx context.Context, poolID string) ([]Agent, error) {
-	path := "/v1/agents"
-	if poolID != "" {
-		path += "?pool_id=" + url.QueryEscape(poolID)
-	}
 	var agents []Agent
-	if err := c.do(ctx, call{method: http.MethodGet, path: path, decode: jsonInto(&agents)}); err != nil {
+	if err := c.do(ctx, call{method: http.MethodGet, path: agentsPath(poolID), decode: jsonInto(&agents)}); err != nil {
 		return nil, err
 	}
 	return agents, nil
@@ -428,15 +424,11 @@ func (c *HTTPClient) listFit(ctx context.Context, poolID string, call *fitCall, 
 // listAgentsWithoutSessions lists a pool's agents as listAgents does, but never makes their sessions: the decoder
 // steps over them (the fit check looks at agents alone, and a big pool's sessions are most of the answer).
 func (c *HTTPClient) listAgentsWithoutSessions(ctx context.Context, poolID string) ([]Agent, error) {
-	path := "/v1/agents"
-	if poolID != "" {
-		path += "?pool_id=" + url.QueryEscape(poolID)
-	}
 	var listed []struct {
 		Agent
 		Sessions skipped `json:"sessions"`
 	}
-	if err := c.do(ctx, call{method: http.MethodGet, path: path, decode: jsonInto(&listed)}); err != nil {
+	if err := c.do(ctx, call{method: http.MethodGet, path: agentsPath(poolID), decode: jsonInto(&listed)}); err != nil {
 		return nil, err
 	}
 	agents := make([]Agent, len(listed))
@@ -444,6 +436,14 @@ func (c *HTTPClient) listAgentsWithoutSessions(ctx context.Context, poolID strin
 		agents[i] = listed[i].Agent
 	}
 	return agents, nil
+}
+
+// agentsPath is the listing of a pool's agents (every agent's when poolID is empty).
+func agentsPath(poolID string) string {
+	if poolID == "" {
+		return "/v1/agents"
+	}
+	return "/v1/agents?pool_id=" + url.QueryEscape(poolID)
 }
 
 // skipped is a JSON value read over and kept nowhere.
