@@ -353,17 +353,10 @@ func (rc *Reconciler) releasing(ctx context.Context, log logr.Logger, r *Reserva
 	if err := rc.apply(ctx, log, r, EventClosed, reason); err != nil {
 		return Result{}, false, err
 	}
-	if r.Status.Requested {
-		rc.poolFreed(ctx, r.Request.Pool)
+	if r.Status.Requested && rc.OnFreed != nil {
+		rc.OnFreed(ctx, r.Request.Pool) // the pool has GPUs back
 	}
 	return Result{}, false, nil
-}
-
-// poolFreed tells OnFreed that pool has GPUs back.
-func (rc *Reconciler) poolFreed(ctx context.Context, pool string) {
-	if rc.OnFreed != nil {
-		rc.OnFreed(ctx, pool)
-	}
 }
 
 // Hasten has the runs ids, queued in a pool that just got GPUs back, looked at as often as assigned ones for about
