@@ -189,7 +189,7 @@ end
 --   check_policy(policy, pool, gpus, vram, account, partition) -> nil | what, why
 -- policy = { max_gpus = n, max_vram = "bytes" or nil, pools = set or nil,
 --            pool = { [name] = { max_gpus, max_gpus_per_user, accounts,
---                                partitions, gpu_vram } } }.
+--                                partitions, gpu_vram, handoff } } }.
 -- max_vram is at most 2^53 bytes and kept as a string of digits, so it is
 -- compared with a request's VRAM exactly, as strings.  max_gpus_per_user
 -- (the GPUs one user may hold in a pool at once) is the controller's to
@@ -247,7 +247,7 @@ local function parse_names(value, lower)
 end
 
 local POOL_SETTINGS = { max_gpus = true, max_gpus_per_user = true, accounts = true,
-	partitions = true, gpu_vram = true }
+	partitions = true, gpu_vram = true, handoff = true }
 
 local function parse_policy(text)
 	local p, seen, n, first = { max_gpus = MAX_GPUS, pool = {} }, {}, 0, {}
@@ -275,6 +275,12 @@ local function parse_policy(text)
 					local set, why = parse_names(value, setting == "accounts")
 					if not set then return nil, string.format("line %d: %s: %s", n, key, why) end
 					pl[setting] = set
+				elseif setting == "handoff" then
+					-- The controller's alone (session hand-off); read here only so that the file means the same to both.
+					if value ~= "on" and value ~= "off" then
+						return nil, string.format("line %d: %s: want on or off", n, key)
+					end
+					pl.handoff = value == "on"
 				else
 					local bytes, why = parse_max_vram(value)
 					if not bytes then return nil, string.format("line %d: %s: %s", n, key, why) end

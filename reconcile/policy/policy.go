@@ -16,6 +16,8 @@
 //	pool.a100.accounts = physics, ml # only jobs charged to these Slurm accounts may use the pool
 //	pool.a100.partitions = gpu       # only jobs of these partitions may use the pool
 //	pool.a100.gpu_vram = 80GiB       # each whole GPU's VRAM, for juice-slurm report's VRAM-GiB-hours
+//	pool.a100.handoff = on           # on or off (absent: off): an ended run's session passes to the same user's
+//	                                 # next run of the same account and request, without a new activation
 //
 // max_vram is at most 2^53 bytes, so job_submit.lua (Lua 5.1, whose numbers are doubles) compares it exactly.
 // Everything here but max_gpus_per_user is decided from the job alone, at submission by job_submit.lua and again
@@ -65,6 +67,9 @@ type PoolLimits struct {
 	Partitions []string
 	// GPUVRAM is the VRAM of one of the pool's GPUs in bytes, for the report; 0: unknown.
 	GPUVRAM uint64
+	// Handoff lets an ended run's session pass to the same user's next run of the same account and request
+	// (reconcile's hand-off): the next run starts on GPUs the last one used, without a new activation.
+	Handoff bool
 }
 
 // MaxGPUsPerUserBound is the largest max_gpus_per_user a policy may set.
@@ -161,6 +166,11 @@ func (p *Policy) GPUVRAM(pool string) uint64 {
 	return p.PoolLimits[pool].GPUVRAM
 }
 
+// Handoff reports whether the pool's sessions may pass from one run to the next (pool.<name>.handoff = on).
+func (p *Policy) Handoff(pool string) bool {
+	return p != nil && p.PoolLimits[pool] != nil && p.PoolLimits[pool].Handoff
+}
+
 func contains(sorted []string, s string) bool {
 	i := sort.SearchStrings(sorted, s)
 	return i < len(sorted) && sorted[i] == s
@@ -213,6 +223,9 @@ func (p *Policy) String() string {
 		}
 		if pl.GPUVRAM > 0 {
 			fmt.Fprintf(&b, "pool.%s.gpu_vram = %dB\n", name, pl.GPUVRAM)
+		}
+		if pl.Handoff {
+			fmt.Fprintf(&b, "pool.%s.handoff = on\n", name)
 		}
 	}
 	return b.String()
@@ -315,8 +328,17 @@ func Parse(text string) (*Policy, error) {
 					return bad("%s %q: %v", key, value, err)
 				}
 				pl.GPUVRAM = v
+			case "handoff":
+				switch value {
+				case "on":
+					pl.Handoff = true
+				case "off":
+					pl.Handoff = false
+				default:
+					return bad("%s %q: want on or off", key, value)
+				}
 			default:
-				return bad("unknown setting %q (known for a pool: max_gpus, max_gpus_per_user, accounts, partitions, gpu_vram)", key)
+				return bad("unknown setting %q (known for a pool: max_gpus, max_gpus_per_user, accounts, partitions, gpu_vram, handoff)", key)
 			}
 			continue
 		}
