@@ -26,6 +26,15 @@ type Store interface {
 	// HeldGPUs counts the GPUs user holds or is getting in pool: those of its reservations that were asked of
 	// the Juice Controller and are not released yet (requesting, waiting, ready, releasing).
 	HeldGPUs(ctx context.Context, pool, user string) (int, error)
+	// HandoffTaker returns the reservation that from's session may pass to (MayTake): a wanted, pending reservation
+	// alike to from, a started run's first, then the oldest; ErrNotFound when none.
+	HandoffTaker(ctx context.Context, from *Reservation) (Reservation, error)
+	// HandoffLingers reports whether a reservation alike to to holds a session it may pass on (releasing from ready,
+	// not failed) and left ready less than within ago: one that may still hand it to to.
+	HandoffLingers(ctx context.Context, to *Reservation, within time.Duration) (bool, error)
+	// HandOver writes giver's and taker's statuses, each read at its Version, with their transitions, in one
+	// transaction: ErrConflict, and nothing written, when either changed since.
+	HandOver(ctx context.Context, giver, taker *Reservation, tg []Transition, tt Transition) error
 	// YieldPool lets go, without ending their runs, the reservations of pool whose jobs Slurm shows pending and
 	// that hold or ask for a session (requesting, waiting, ready), giving why (a spec write, as Unwant): a started
 	// run's session waits for GPUs (MustYield). It returns how many it let go.
@@ -57,6 +66,9 @@ type Reconciler struct {
 	Policy *policy.Policy
 	// Liveness, when set, checks ready sessions per pool walk instead of one GetSession each (liveness.go).
 	Liveness *Liveness
+	// Handoff, when set, passes an ended run's session to the next like run in the pools whose policy turns it on
+	// (handoff.go); nil: every ended run's session is cancelled.
+	Handoff *Handoff
 	// capMu makes the count of a user's GPUs and the request that follows it one step, so that two workers never
 	// both let a user past the site policy's cap (only the leader's reconciler moves reservations).
 	capMu sync.Mutex
@@ -157,6 +169,9 @@ func (rc *Reconciler) pending(ctx context.Context, log logr.Logger, r *Reservati
 	if err := rc.Policy.Check(r.Request, policy.Job{Account: r.Account, Partition: r.Partition}); err != nil {
 		// Permanent: asking again cannot help, so the run fails now with the limit it breaks.
 		return Result{}, false, rc.apply(ctx, log, r, EventFail, err.Error())
+	}
+	if res, done, err := rc.awaitHandoff(ctx, r); done {
+		return res, done, err
 	}
 	if rc.Policy.UserCap(r.Request.Pool) > 0 {
 		return rc.requestWithinCap(ctx, log, r)
@@ -327,6 +342,9 @@ func (rc *Reconciler) ready(ctx context.Context, log logr.Logger, r *Reservation
 // releasing: every session the run may hold is cancelled, then the reservation is released (or failed, when a
 // failure brought it here). A session still waiting for its agent is cancelled once the agent holds it.
 func (rc *Reconciler) releasing(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
+	if res, done, err := rc.passOn(ctx, log, r); done || err != nil || r.Status.State.Final() {
+		return res, done || err != nil, err
+	}
 	reason := "no session was ever made"
 	if r.Status.Requested && (r.Status.MaybeOrphans || r.Status.SessionID == "") {
 		found, notYet, err := rc.cancelByKey(ctx, log, r)
@@ -353,8 +371,8 @@ func (rc *Reconciler) releasing(ctx context.Context, log logr.Logger, r *Reserva
 	if err := rc.apply(ctx, log, r, EventClosed, reason); err != nil {
 		return Result{}, false, err
 	}
-	if r.Status.Requested && rc.OnFreed != nil {
-		rc.OnFreed(ctx, r.Request.Pool) // the pool has GPUs back
+	if (r.Status.Requested || r.Status.SessionID != "") && rc.OnFreed != nil {
+		rc.OnFreed(ctx, r.Request.Pool) // the pool has GPUs back (a session taken from a run before asked for none)
 	}
 	return Result{}, false, nil
 }
@@ -525,15 +543,9 @@ func (rc *Reconciler) seal(r *Reservation, s Session) error {
 // had (job 0: the array element before slurmctld gave it a job id), under the key that seals now. The old file
 // opens under the current key, or the previous one when the key was rotated since it was sealed.
 func (rc *Reconciler) reseal(ctx context.Context, r *Reservation) error {
-	key, err := rc.Key.Bytes()
+	key, keys, err := rc.keys()
 	if err != nil {
 		return err
-	}
-	keys := [][]byte{key}
-	if all, ok := rc.Key.(interface{ All() ([][]byte, error) }); ok {
-		if keys, err = all.All(); err != nil {
-			return err
-		}
 	}
 	old, err := rc.Store.Sealed(ctx, r.ID)
 	if err != nil {
@@ -553,6 +565,21 @@ func (rc *Reconciler) reseal(ctx context.Context, r *Reservation) error {
 	}
 	r.Status.Sealed, r.Status.SealedJobID = sealed, r.Run.JobID
 	return nil
+}
+
+// keys returns the key that seals now and every key a file may have been sealed under (the current one, and the
+// previous one while a rotation is under way).
+func (rc *Reconciler) keys() (key []byte, keys [][]byte, err error) {
+	if key, err = rc.Key.Bytes(); err != nil {
+		return nil, nil, err
+	}
+	keys = [][]byte{key}
+	if all, ok := rc.Key.(interface{ All() ([][]byte, error) }); ok {
+		if keys, err = all.All(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return key, keys, nil
 }
 
 func (rc *Reconciler) apply(ctx context.Context, log logr.Logger, r *Reservation, ev Event, reason string) error {

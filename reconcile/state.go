@@ -15,6 +15,9 @@ import (
 //	                         │
 //	                         └──closed, after a failure──► failed
 //
+// Hand-off (handoff.go) joins two reservations of like runs in one write: the ended run's, releasing, goes to
+// released without a cancel (handed), and the next run's, pending, goes to ready on that session (taken).
+//
 // pending may also wait (stay pending, saying why in Reason): a user at the site policy's cap on GPUs in a pool.
 // Only pending fails straight to failed: no request was sent, so no session can exist (the site policy refused
 // the run). Every later failure, a refusal in requesting too (no capacity ever, unknown pool), goes through
@@ -59,6 +62,8 @@ const (
 	EventFail     Event = "fail"     // the run cannot be served
 	EventClosed   Event = "closed"   // the session is cancelled or gone at the controller
 	EventBound    Event = "bound"    // ready, and its file sealed again for the job its array element became
+	EventHanded   Event = "handed"   // the ended run's session passed to a like run, not cancelled (handoff.go)
+	EventTaken    Event = "taken"    // the session of a like run that ended passed to this one, sealed for it
 )
 
 // A Transition is one step of a reservation's history.
@@ -75,6 +80,7 @@ var next = map[State]map[Event]State{
 	StatePending: {
 		EventRequest:  StateRequesting,
 		EventWait:     StatePending,
+		EventTaken:    StateReady,
 		EventUnwanted: StateReleased,
 		EventFail:     StateFailed,
 	},
@@ -98,6 +104,7 @@ var next = map[State]map[Event]State{
 	},
 	StateReleasing: {
 		EventClosed: StateReleased, // or StateFailed when FailReason is set: see Apply
+		EventHanded: StateReleased,
 		// A failure learnt while releasing (the run could not be served after all) keeps releasing.
 		EventFail:     StateReleasing,
 		EventUnwanted: StateReleasing,
@@ -114,6 +121,11 @@ func Apply(r *Reservation, ev Event, reason string, now time.Time) (Transition, 
 		return Transition{}, fmt.Errorf("reservation %s of %s: event %q is not allowed in state %s", r.ID, r.Run, ev, s.State)
 	}
 	switch ev {
+	case EventHanded:
+		// A session a failure brought here is one the run could not use: it is never passed on.
+		if s.FailReason != "" {
+			return Transition{}, fmt.Errorf("reservation %s of %s: a failed run's session is not handed on (%s)", r.ID, r.Run, s.FailReason)
+		}
 	case EventRequest:
 		s.Requested = true
 	case EventFail:

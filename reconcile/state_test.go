@@ -34,6 +34,11 @@ func TestStateMachineTable(t *testing.T) {
 		{name: "session lost while ready", requested: true, wantFail: "no capacity", steps: []step{
 			{EventRequest, StateRequesting}, {EventQueued, StateWaiting}, {EventActive, StateReady},
 			{EventClosed, StateReleasing}, {EventUnwanted, StateReleasing}, {EventClosed, StateFailed}}},
+		{name: "an ended run's session handed on", requested: true, steps: []step{
+			{EventRequest, StateRequesting}, {EventQueued, StateWaiting}, {EventActive, StateReady},
+			{EventUnwanted, StateReleasing}, {EventHanded, StateReleased}}},
+		{name: "a session taken from a like run that ended", steps: []step{
+			{EventTaken, StateReady}, {EventUnwanted, StateReleasing}, {EventClosed, StateReleased}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &Reservation{ID: uuid.New(), Status: Status{State: StatePending}}
@@ -56,7 +61,7 @@ func TestStateMachineTable(t *testing.T) {
 
 // Every (state, event) pair not in the table is refused and changes nothing; final states take no event.
 func TestStateMachineRefusesIllegalEvents(t *testing.T) {
-	events := []Event{EventRequest, EventQueued, EventActive, EventUnwanted, EventFail, EventClosed}
+	events := []Event{EventRequest, EventQueued, EventActive, EventUnwanted, EventFail, EventClosed, EventHanded, EventTaken}
 	allowed := 0
 	for _, s := range States {
 		for _, ev := range events {
@@ -71,8 +76,19 @@ func TestStateMachineRefusesIllegalEvents(t *testing.T) {
 			require.Equal(t, s, r.Status.State)
 		}
 	}
-	require.Equal(t, 17, allowed)
+	require.Equal(t, 19, allowed)
 	for _, s := range []State{StateReleased, StateFailed} {
 		require.Empty(t, next[s])
 	}
+}
+
+// A run whose session failed it never hands that session on.
+func TestAFailedRunsSessionIsNotHandedOn(t *testing.T) {
+	r := &Reservation{ID: uuid.New(), Status: Status{State: StateReady}}
+	_, err := Apply(r, EventClosed, "the Juice Controller ended session s1 while the job held it", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, StateReleasing, r.Status.State)
+	_, err = Apply(r, EventHanded, "x", time.Now())
+	require.ErrorContains(t, err, "not handed on")
+	require.Equal(t, StateReleasing, r.Status.State)
 }

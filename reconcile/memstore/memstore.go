@@ -116,6 +116,13 @@ func (s *Store) SaveStatus(_ context.Context, r *reconcile.Reservation, ts ...re
 		// The PostgreSQL store cannot tell a missing row from a moved version either: no row comes back.
 		return fmt.Errorf("save reservation %s of %s: %w", r.ID, r.Run, reconcile.ErrConflict)
 	}
+	s.save(r, ts)
+	return nil
+}
+
+// save writes r's status and history into its row, whose version the caller checked.
+func (s *Store) save(r *reconcile.Reservation, ts []reconcile.Transition) {
+	w := s.rows[r.ID]
 	st := r.Status
 	switch {
 	case st.State.Final():
@@ -131,7 +138,6 @@ func (s *Store) SaveStatus(_ context.Context, r *reconcile.Reservation, ts ...re
 	w.r.Status = st
 	w.events = append(w.events, ts...)
 	r.Status.UpdatedAt, r.Status.Version = st.UpdatedAt, st.Version
-	return nil
 }
 
 // Sealed implements reconcile.Store: nil when the reservation has no file (not ready, or final).
@@ -177,6 +183,74 @@ func (s *Store) YieldPool(_ context.Context, pool, why string) (int, error) {
 	return n, nil
 }
 
+// HandoffTaker implements reconcile.Store as the store does: a wanted, pending reservation alike to from, a
+// started run's first, then the oldest.
+func (s *Store) HandoffTaker(_ context.Context, from *reconcile.Reservation) (reconcile.Reservation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var best *reconcile.Reservation
+	for _, w := range s.rows {
+		r := &w.r
+		if !alike(from, r) || r.Status.State != reconcile.StatePending || !r.Spec.Wanted {
+			continue
+		}
+		started := slices.Contains(reconcile.StartedStates, r.Spec.JobState)
+		if best == nil || started && !slices.Contains(reconcile.StartedStates, best.Spec.JobState) ||
+			started == slices.Contains(reconcile.StartedStates, best.Spec.JobState) && r.CreatedAt.Before(best.CreatedAt) {
+			best = r
+		}
+	}
+	if best == nil {
+		return reconcile.Reservation{}, fmt.Errorf("a run to take the session of %s: %w", from.Run, reconcile.ErrNotFound)
+	}
+	return *best, nil
+}
+
+// HandoffLingers implements reconcile.Store as the store does.
+func (s *Store) HandoffLingers(_ context.Context, to *reconcile.Reservation, within time.Duration) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.rows {
+		r, st := &w.r, w.r.Status
+		if alike(to, r) && st.State == reconcile.StateReleasing && r.Spec.RunOver && st.FailReason == "" && st.SessionID != "" &&
+			!st.ReadyAt.IsZero() && !st.MaybeOrphans && s.now().Sub(st.UpdatedAt) < within {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// alike: another reservation of the same user, account and request (the store's query, not the decision).
+func alike(a, b *reconcile.Reservation) bool {
+	return a.ID != b.ID && a.UserName != "" && a.UserName == b.UserName && a.Account == b.Account && a.Request == b.Request
+}
+
+// HandOver implements reconcile.Store: both statuses or neither.
+func (s *Store) HandOver(_ context.Context, giver, taker *reconcile.Reservation, tg []reconcile.Transition, tt reconcile.Transition) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range []*reconcile.Reservation{giver, taker} {
+		if w := s.rows[r.ID]; w == nil || w.r.Status.Version != r.Status.Version {
+			return fmt.Errorf("hand session %s from %s to %s: %w", giver.Status.SessionID, giver.Run, taker.Run, reconcile.ErrConflict)
+		}
+	}
+	s.save(giver, tg)
+	s.save(taker, []reconcile.Transition{tt})
+	return nil
+}
+
+// Holding returns the open reservation that holds session id (the store's Holding); ErrNotFound when none.
+func (s *Store) Holding(_ context.Context, sessionID string) (reconcile.Reservation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.rows {
+		if w.r.Status.SessionID == sessionID && !w.r.Status.State.Final() {
+			return w.r, nil
+		}
+	}
+	return reconcile.Reservation{}, fmt.Errorf("the run holding session %s: %w", sessionID, reconcile.ErrNotFound)
+}
+
 // yielding are the states of a reservation that holds or asks for a session.
 var yielding = []reconcile.State{reconcile.StateRequesting, reconcile.StateWaiting, reconcile.StateReady}
 
@@ -195,6 +269,7 @@ type Funcs struct {
 	Sealed     func(ctx context.Context, next reconcile.Store, id uuid.UUID) ([]byte, error)
 	HeldGPUs   func(ctx context.Context, next reconcile.Store, pool, user string) (int, error)
 	YieldPool  func(ctx context.Context, next reconcile.Store, pool, why string) (int, error)
+	HandOver   func(ctx context.Context, next reconcile.Store, giver, taker *reconcile.Reservation, tg []reconcile.Transition, tt reconcile.Transition) error
 }
 
 // Intercept returns next with the interceptors of f in front of it.
@@ -238,4 +313,19 @@ func (i intercepted) YieldPool(ctx context.Context, pool, why string) (int, erro
 		return i.f.YieldPool(ctx, i.next, pool, why)
 	}
 	return i.next.YieldPool(ctx, pool, why)
+}
+
+func (i intercepted) HandoffTaker(ctx context.Context, from *reconcile.Reservation) (reconcile.Reservation, error) {
+	return i.next.HandoffTaker(ctx, from)
+}
+
+func (i intercepted) HandoffLingers(ctx context.Context, to *reconcile.Reservation, within time.Duration) (bool, error) {
+	return i.next.HandoffLingers(ctx, to, within)
+}
+
+func (i intercepted) HandOver(ctx context.Context, giver, taker *reconcile.Reservation, tg []reconcile.Transition, tt reconcile.Transition) error {
+	if i.f.HandOver != nil {
+		return i.f.HandOver(ctx, i.next, giver, taker, tg, tt)
+	}
+	return i.next.HandOver(ctx, giver, taker, tg, tt)
 }

@@ -203,6 +203,20 @@ var (
 	// open rows).
 	sqlPoolWaits = `SELECT EXISTS (SELECT 1 FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND id <> $3
 		AND wanted AND state IN ('pending', 'requesting', 'waiting'))`
+	// Session hand-off (reconcile/handoff.go): the runs alike to a run ($2 pool, $3 request, $4 user, $5 account,
+	// not $6 itself). The reconciler decides (reconcile.MayTake); these only narrow down to the rows it decides on.
+	// A taker: wanted and pending, a started run's first, then the oldest.
+	sqlHandoffTaker = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND request = $3
+		AND user_name = $4 AND account = $5 AND id <> $6 AND state = 'pending' AND wanted AND user_name <> ''
+		ORDER BY job_state IN (` + sqlStrings(reconcile.StartedStates) + `) DESC, created_at, id LIMIT 1`
+	// A giver still lingering: its run over, released from ready without a failure, within $7 milliseconds.
+	sqlHandoffLingers = `SELECT EXISTS (SELECT 1 FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND request = $3
+		AND user_name = $4 AND account = $5 AND id <> $6 AND state = 'releasing' AND run_over AND fail_reason = ''
+		AND session_id <> '' AND ready_at IS NOT NULL AND NOT maybe_orphans
+		AND updated_at > now() - $7 * interval '1 millisecond')`
+	// The open reservation that holds session $2, if any (index juice_reservations_session).
+	sqlHolding = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND session_id = $2
+		AND state NOT IN ('released', 'failed') ORDER BY created_at LIMIT 1`
 	sqlSummary = `SELECT pool, state, count(*) FROM juice_reservations WHERE cluster = $1
 		GROUP BY pool, state ORDER BY pool, state`
 	// Retention: the oldest reservations that ended before $2, at most $3 of them (index

@@ -407,6 +407,15 @@ func (s *Store) Sealed(ctx context.Context, id uuid.UUID) ([]byte, error) {
 // and announces it once. A status changed by someone else since r was read gives ErrConflict; observers' writes
 // never do.
 func (s *Store) SaveStatus(ctx context.Context, r *reconcile.Reservation, ts ...reconcile.Transition) error {
+	return s.saveStatus(ctx, s.pool, r, ts...)
+}
+
+// rowQuerier is what a status write is made through: the pool, or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Store) saveStatus(ctx context.Context, q rowQuerier, r *reconcile.Reservation, ts ...reconcile.Transition) error {
 	if len(ts) == 0 {
 		return fmt.Errorf("save reservation %s of %s: no transition", r.ID, r.Run)
 	}
@@ -420,7 +429,7 @@ func (s *Store) SaveStatus(ctx context.Context, r *reconcile.Reservation, ts ...
 		from[i], to[i], events[i], reasons[i] = string(t.From), string(t.To), string(t.Event), t.Reason
 	}
 	var notified string
-	err := s.pool.QueryRow(ctx, sqlSaveStatus, s.cluster, r.ID, st.Version, st.State, st.Reason, st.FailReason,
+	err := q.QueryRow(ctx, sqlSaveStatus, s.cluster, r.ID, st.Version, st.State, st.Reason, st.FailReason,
 		st.Requested, st.SessionID, st.Sealed, st.AgentAddress, readyAt, from, events, reasons,
 		int64(st.SealedJobID), st.MaybeOrphans, to).
 		Scan(&st.UpdatedAt, &st.Version, &notified)
@@ -431,6 +440,56 @@ func (s *Store) SaveStatus(ctx context.Context, r *reconcile.Reservation, ts ...
 		return fmt.Errorf("save reservation %s of %s: %w", r.ID, r.Run, err)
 	}
 	return nil
+}
+
+// HandoffTaker returns the reservation from's session may pass to (see reconcile.Store); ErrNotFound when none.
+func (s *Store) HandoffTaker(ctx context.Context, from *reconcile.Reservation) (reconcile.Reservation, error) {
+	r, err := scanOne(s.pool.Query(ctx, sqlHandoffTaker, s.cluster, from.Request.Pool, from.Request.String(),
+		from.UserName, from.Account, from.ID))
+	if err != nil {
+		return reconcile.Reservation{}, fmt.Errorf("a run to take the session of %s: %w", from.Run, err)
+	}
+	return r, nil
+}
+
+// HandoffLingers reports whether a run alike to to holds a session it may still pass on (see reconcile.Store).
+func (s *Store) HandoffLingers(ctx context.Context, to *reconcile.Reservation, within time.Duration) (bool, error) {
+	var lingers bool
+	err := s.pool.QueryRow(ctx, sqlHandoffLingers, s.cluster, to.Request.Pool, to.Request.String(), to.UserName, to.Account,
+		to.ID, within.Milliseconds()).Scan(&lingers)
+	if err != nil {
+		return false, fmt.Errorf("a session for %s to take: %w", to.Run, err)
+	}
+	return lingers, nil
+}
+
+// HandOver writes both statuses of a hand-off in one transaction (see reconcile.Store): both or neither, each based
+// on the version it was read at.
+func (s *Store) HandOver(ctx context.Context, giver, taker *reconcile.Reservation, tg []reconcile.Transition, tt reconcile.Transition) error {
+	g, t := *giver, *taker
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.saveStatus(ctx, tx, &g, tg...); err != nil {
+			return err
+		}
+		return s.saveStatus(ctx, tx, &t, tt)
+	})
+	if err != nil {
+		return fmt.Errorf("hand session %s from %s to %s: %w", giver.Status.SessionID, giver.Run, taker.Run, err)
+	}
+	// The versions and times the transaction wrote, only once it committed.
+	giver.Status.UpdatedAt, giver.Status.Version = g.Status.UpdatedAt, g.Status.Version
+	taker.Status.UpdatedAt, taker.Status.Version = t.Status.UpdatedAt, t.Status.Version
+	return nil
+}
+
+// Holding returns the open reservation that holds session id, ErrNotFound when none: a session handed from run to
+// run carries the first run's key, not its holder's.
+func (s *Store) Holding(ctx context.Context, sessionID string) (reconcile.Reservation, error) {
+	r, err := scanOne(s.pool.Query(ctx, sqlHolding, s.cluster, sessionID))
+	if err != nil {
+		return reconcile.Reservation{}, fmt.Errorf("the run holding session %s: %w", sessionID, err)
+	}
+	return r, nil
 }
 
 // LiveRun returns the run's reservation that blocks a new one (see blocksNew): the live one, or the one that

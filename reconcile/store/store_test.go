@@ -710,3 +710,92 @@ func TestQueuedAndWaitingRunsOfAPool(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, waits)
 }
+
+// The hand-off's queries find the runs reconcile.MayTake decides on, and HandOver writes both runs or neither.
+func TestHandoffQueriesAndHandOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s := newStores(t, "c")
+	add := func(job uint32, user, account string, gpus int) reconcile.Reservation {
+		r, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: job},
+			Request: request.Request{Pool: "p", GPUs: gpus}, UserName: user, Account: account, JobState: "PENDING"})
+		return r
+	}
+	giver := add(1, "alice", "physics", 2)
+	move(t, s, &giver, reconcile.EventRequest, "asking")
+	giver.Status.SessionID = "s-1"
+	move(t, s, &giver, reconcile.EventQueued, "queued")
+	giver.Status.Sealed, giver.Status.ReadyAt = []byte{1}, time.Now()
+	move(t, s, &giver, reconcile.EventActive, "active")
+
+	add(2, "bob", "physics", 2)   // another user
+	add(3, "alice", "chem", 2)    // another account
+	add(4, "alice", "physics", 1) // another request
+	pending := add(5, "alice", "physics", 2)
+	started := add(6, "alice", "physics", 2)
+	require.NoError(t, s.ObserveJob(ctx, started.ID, "CONFIGURING", "None"))
+	got, err := s.HandoffTaker(ctx, &giver)
+	require.NoError(t, err)
+	require.Equal(t, started.ID, got.ID, "a started run first, though younger")
+	_, err = s.Unwant(ctx, started.ID, "cancelled", true)
+	require.NoError(t, err)
+	got, err = s.HandoffTaker(ctx, &giver)
+	require.NoError(t, err)
+	require.Equal(t, pending.ID, got.ID, "not one that is no longer wanted")
+
+	lingers, err := s.HandoffLingers(ctx, &pending, time.Minute)
+	require.NoError(t, err)
+	require.False(t, lingers, "the giver's run is still ready")
+	_, err = s.Unwant(ctx, giver.ID, "ended", true)
+	require.NoError(t, err)
+	giver, err = s.Get(ctx, giver.ID)
+	require.NoError(t, err)
+	move(t, s, &giver, reconcile.EventUnwanted, "ended")
+	lingers, err = s.HandoffLingers(ctx, &pending, time.Minute)
+	require.NoError(t, err)
+	require.True(t, lingers)
+	other := add(7, "bob", "physics", 2)
+	lingers, err = s.HandoffLingers(ctx, &other, time.Minute)
+	require.NoError(t, err)
+	require.False(t, lingers, "not for another user's run")
+	time.Sleep(20 * time.Millisecond)
+	lingers, err = s.HandoffLingers(ctx, &pending, 10*time.Millisecond)
+	require.NoError(t, err)
+	require.False(t, lingers, "not once the wait is over")
+
+	// A taker moved since it was read: neither run is written.
+	stale := pending
+	move(t, s, &pending, reconcile.EventWait, "waiting for the user's GPUs")
+	tg, err := reconcile.Apply(&giver, reconcile.EventHanded, "handed", time.Now())
+	require.NoError(t, err)
+	tt, err := reconcile.Apply(&stale, reconcile.EventTaken, "taken", time.Now())
+	require.NoError(t, err)
+	stale.Status.SessionID = "s-1"
+	require.ErrorIs(t, s.HandOver(ctx, &giver, &stale, []reconcile.Transition{tg}, tt), reconcile.ErrConflict)
+	g, err := s.Get(ctx, giver.ID)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.StateReleasing, g.Status.State, "the giver's write was rolled back")
+
+	tt, err = reconcile.Apply(&pending, reconcile.EventTaken, "taken", time.Now())
+	require.NoError(t, err)
+	pending.Status.SessionID, pending.Status.Sealed, pending.Status.ReadyAt = "s-1", []byte{2}, time.Now()
+	pending.Status.SealedJobID = 5
+	require.NoError(t, s.HandOver(ctx, &giver, &pending, []reconcile.Transition{tg}, tt))
+	g, err = s.Get(ctx, giver.ID)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.StateReleased, g.Status.State)
+	require.Equal(t, "s-1", g.Status.SessionID, "a released giver still names the session it handed on")
+	live, sealed, err := s.LiveRunSealed(ctx, pending.Run)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.StateReady, live.Status.State)
+	require.Equal(t, []byte{2}, sealed)
+	require.True(t, live.SealedFor())
+	holder, err := s.Holding(ctx, "s-1")
+	require.NoError(t, err)
+	require.Equal(t, pending.ID, holder.ID)
+	_, err = s.Holding(ctx, "s-none")
+	require.ErrorIs(t, err, reconcile.ErrNotFound)
+	evs, err := s.Events(ctx, pending.ID)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.EventTaken, evs[len(evs)-1].Event)
+}

@@ -1,0 +1,193 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
+	"github.com/juice-slurm/juice-slurm/reconcile/session"
+)
+
+// Session hand-off. An array's elements, or a user's burst of like jobs, on a full pool each pay a session's start
+// (a tick of the Juice scheduler and the agent's activation) after the run before them let its GPUs go. With
+// hand-off on for a pool (the site policy's pool.<name>.handoff), a run that ends passes its session to the next
+// run alike (same user, same account, same request) that waits for one and has asked nothing of the Juice
+// Controller yet: the ended run's reservation is released without a cancel, the next run's becomes ready on that
+// session, its file sealed for it alone, and both histories say so (EventHanded, EventTaken), in one transaction.
+//
+// What it trades: the GPUs pass from one of the user's processes to the next without the agent starting a new
+// session, so whatever the first left in the session's GPU memory the next may see. Only the same user's runs of
+// the same account are ever joined that way: never across users or accounts, never to a run that was not waiting.
+//
+// When the ended run's job goes (its epilog, or the poller seeing it end), the next run is often not known yet:
+// with pool licenses on, Slurm starts it only once the ended job's license is back, and its run comes with its
+// prolog moments later. So an ended run whose pool has a like job pending in Slurm (Handoff.Followers, the
+// poller's last listing) keeps its session, releasing, for at most Handoff.Wait, looked at every handoffPoll; and a
+// pending run that finds such a session lingering waits for it instead of asking for a new one. The ended run's
+// pass alone decides: it hands over or, once the wait is over, cancels; the waiting run never takes a session
+// itself, so a cancel and a hand-off never cross.
+
+// DefaultHandoffWait is how long an ended run's session waits for a like run by default: enough for slurmctld to
+// start the next job and its prolog to register it, short against a session's start.
+const DefaultHandoffWait = 3 * time.Second
+
+// handoffPoll is how often a lingering session and a run waiting for it look for each other.
+const handoffPoll = 100 * time.Millisecond
+
+// Handoff configures session hand-off; which pools have it is the site policy's (Policy.Handoff).
+type Handoff struct {
+	// Followers reports whether Slurm shows a job alike to l pending that may start as soon as a like run ends
+	// (Follows): only then does an ended run's session wait for one. Nil: it never waits, and passes only to a run
+	// that waits already.
+	Followers func(l Likeness) bool
+	// Wait is the longest an ended run's session waits for a like run; 0 is DefaultHandoffWait.
+	Wait time.Duration
+}
+
+func (h *Handoff) wait() time.Duration {
+	if h.Wait > 0 {
+		return h.Wait
+	}
+	return DefaultHandoffWait
+}
+
+// A Likeness is what two runs share when one's session may pass to the other: user, account and request (pool,
+// GPUs and VRAM). A run whose user Slurm did not name has none.
+type Likeness struct {
+	User, Account string
+	Request       request.Request
+}
+
+// Likeness returns the run's likeness; ok false when its user is unknown (such a run never hands on or takes).
+func (r *Reservation) Likeness() (l Likeness, ok bool) {
+	return Likeness{User: r.UserName, Account: r.Account, Request: r.Request}, r.UserName != ""
+}
+
+// MayTake reports whether taker may take giver's session: the one decision of who may receive a session, which the
+// store's queries (HandoffTaker, HandoffLingers) only narrow down to. giver has ended (releasing, not failed, its
+// session active when it was ready) and taker waits for a session and has asked for none: pending and wanted. Both
+// alike, and not the same run.
+func MayTake(giver, taker *Reservation) bool {
+	gl, ok := giver.Likeness()
+	tl, ok2 := taker.Likeness()
+	return ok && ok2 && gl == tl && giver.ID != taker.ID && giver.Run != taker.Run &&
+		mayGive(giver) && taker.Status.State == StatePending && taker.Spec.Wanted
+}
+
+// mayGive reports whether r holds a session it may pass on: its run is over (a run let go only for now, held or
+// yielding to a started job, keeps nothing to pass: its GPUs go back to the pool), it was ready (its session active
+// and sealed for it), it did not fail, and its session is the only one its key may name.
+func mayGive(r *Reservation) bool {
+	s := r.Status
+	return r.Spec.RunOver && s.State == StateReleasing && s.FailReason == "" && s.SessionID != "" && !s.ReadyAt.IsZero() &&
+		!s.MaybeOrphans
+}
+
+// Follows reports whether a job Slurm shows in jobState, pending for reason, may start as soon as a like run ends:
+// pending for its turn (waitReasons) or for the pool's license, which the ended run's job gave back.
+func Follows(jobState, reason string) bool {
+	return jobState == "PENDING" && (waitReasons[reason] || reason == "Licenses")
+}
+
+func (rc *Reconciler) handoffOn(r *Reservation) bool {
+	return rc.Handoff != nil && rc.Policy.Handoff(r.Request.Pool)
+}
+
+// passOn is the releasing run's half of hand-off, before its session is cancelled: a like run waiting → the session
+// is handed to it (r is then released); none yet, but one pending in Slurm and the wait not over → wait (done, with
+// a time to look again); otherwise nothing, and the caller cancels.
+func (rc *Reconciler) passOn(ctx context.Context, log logr.Logger, r *Reservation) (Result, bool, error) {
+	if !rc.handoffOn(r) || !mayGive(r) {
+		return Result{}, false, nil
+	}
+	taker, err := rc.Store.HandoffTaker(ctx, r)
+	switch {
+	case err == nil && MayTake(r, &taker):
+		return Result{}, false, rc.handOver(ctx, log, r, &taker)
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return Result{}, true, fmt.Errorf("look for a run to hand session %s to: %w", r.Status.SessionID, err)
+	}
+	l, _ := r.Likeness()
+	if rc.Handoff.Followers != nil && rc.now().Sub(r.Status.UpdatedAt) < rc.Handoff.wait() && rc.Handoff.Followers(l) {
+		return Result{RequeueAfter: handoffPoll}, true, nil
+	}
+	return Result{}, false, nil
+}
+
+// awaitHandoff is the pending run's half: a like run's session lingers for one → wait for it (done), rather than
+// ask the Juice Controller for a session that would queue behind it.
+func (rc *Reconciler) awaitHandoff(ctx context.Context, r *Reservation) (Result, bool, error) {
+	if !rc.handoffOn(r) {
+		return Result{}, false, nil
+	}
+	if _, ok := r.Likeness(); !ok {
+		return Result{}, false, nil
+	}
+	lingers, err := rc.Store.HandoffLingers(ctx, r, rc.Handoff.wait())
+	if err != nil {
+		return Result{}, true, fmt.Errorf("look for a like run's session to take: %w", err)
+	}
+	if lingers {
+		return Result{RequeueAfter: handoffPoll}, true, nil
+	}
+	return Result{}, false, nil
+}
+
+// handOver passes giver's session to taker: its file opened as sealed for giver and sealed again for taker, both
+// moves written in one transaction. A file that cannot be opened (a key rotated twice since) is not handed on:
+// giver cancels its session as without hand-off.
+func (rc *Reconciler) handOver(ctx context.Context, log logr.Logger, giver, taker *Reservation) error {
+	sealed, err := rc.resealFor(ctx, giver, taker)
+	if err != nil {
+		log.Error(err, "the session cannot be handed on; it is cancelled", "to", taker.ID)
+		return nil
+	}
+	sid := giver.Status.SessionID
+	tg, err := Apply(giver, EventHanded, fmt.Sprintf("session %s handed to job %d (run %d, reservation %s), not cancelled",
+		sid, taker.Run.JobID, taker.Run.Run, taker.ID), rc.now())
+	if err != nil {
+		return err
+	}
+	tt, err := Apply(taker, EventTaken, fmt.Sprintf("session %s of job %d (run %d, reservation %s) handed over on agent %s, sealed for this run",
+		sid, giver.Run.JobID, giver.Run.Run, giver.ID, giver.Status.AgentAddress), rc.now())
+	if err != nil {
+		return err
+	}
+	t := &taker.Status
+	t.SessionID, t.AgentAddress, t.ReadyAt = sid, giver.Status.AgentAddress, rc.now()
+	t.Sealed, t.SealedJobID = sealed, taker.Run.JobID
+	if err := rc.Store.HandOver(ctx, giver, taker, append(rc.takeHeld(giver.ID), tg), tt); err != nil {
+		return fmt.Errorf("hand session %s to reservation %s: %w", sid, taker.ID, err)
+	}
+	log.Info("reservation moved", "from", tg.From, "to", tg.To, "reason", tg.Reason)
+	log.Info("session handed on", "session", sid, "toJob", taker.Run.JobID, "toRun", taker.Run.Run, "to", taker.ID)
+	if rc.OnReady != nil {
+		rc.OnReady(taker)
+	}
+	return nil
+}
+
+// resealFor opens giver's session file, as sealed for giver's job, and seals what it carries for taker's run.
+func (rc *Reconciler) resealFor(ctx context.Context, giver, taker *Reservation) ([]byte, error) {
+	key, keys, err := rc.keys()
+	if err != nil {
+		return nil, err
+	}
+	old, err := rc.Store.Sealed(ctx, giver.ID)
+	if err != nil {
+		return nil, err
+	}
+	was := giver.Run.Binding()
+	was.JobID, was.Reservation = giver.Status.SealedJobID, giver.ID
+	env, err := session.Open(old, was, keys...)
+	if err != nil {
+		return nil, err
+	}
+	b := taker.Run.Binding()
+	b.Reservation = taker.ID
+	return session.Seal(key, b, env)
+}
