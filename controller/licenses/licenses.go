@@ -251,20 +251,43 @@ func (s *Syncer) capacity(ctx context.Context, look *lookup, pool string) (int, 
 type lookup struct {
 	st      Store
 	ready   map[uuid.UUID]string // reservation -> its session, listed at the first Get
+	holders map[string]uuid.UUID // session -> the ready reservation that holds it, from the same listing
 	known   map[uuid.UUID]bool   // the keys not found at the last sync
 	foreign map[uuid.UUID]bool   // those not found at this one
 }
 
+// list reads the ready runs once per sync.
+func (l *lookup) list(ctx context.Context) error {
+	if l.ready != nil {
+		return nil
+	}
+	runs, err := l.st.Ready(ctx)
+	if err != nil {
+		return err
+	}
+	l.ready, l.holders = make(map[uuid.UUID]string, len(runs)), make(map[string]uuid.UUID, len(runs))
+	for _, r := range runs {
+		l.ready[r.ID] = r.SessionID
+		l.holders[r.SessionID] = r.ID
+	}
+	return nil
+}
+
+// Holding answers from the ready runs' listing, and asks the store only of a session no ready run holds: one
+// handed on whose run is releasing it.
+func (l *lookup) Holding(ctx context.Context, sessionID string) (reconcile.Reservation, error) {
+	if err := l.list(ctx); err != nil {
+		return reconcile.Reservation{}, err
+	}
+	if id, ok := l.holders[sessionID]; ok {
+		return reconcile.Reservation{ID: id, Status: reconcile.Status{State: reconcile.StateReady, SessionID: sessionID}}, nil
+	}
+	return l.st.Holding(ctx, sessionID)
+}
+
 func (l *lookup) Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error) {
-	if l.ready == nil {
-		runs, err := l.st.Ready(ctx)
-		if err != nil {
-			return reconcile.Reservation{}, err
-		}
-		l.ready = make(map[uuid.UUID]string, len(runs))
-		for _, r := range runs {
-			l.ready[r.ID] = r.SessionID
-		}
+	if err := l.list(ctx); err != nil {
+		return reconcile.Reservation{}, err
 	}
 	if sid, ok := l.ready[id]; ok {
 		return reconcile.Reservation{ID: id, Status: reconcile.Status{State: reconcile.StateReady, SessionID: sid}}, nil

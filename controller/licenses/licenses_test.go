@@ -93,6 +93,16 @@ func (m *reservations) Get(_ context.Context, id uuid.UUID) (reconcile.Reservati
 	return r, nil
 }
 
+func (m *reservations) Holding(_ context.Context, sid string) (reconcile.Reservation, error) {
+	m.gets++
+	for _, r := range m.rows {
+		if r.Status.SessionID == sid && !r.Status.State.Final() {
+			return r, nil
+		}
+	}
+	return reconcile.Reservation{}, reconcile.ErrNotFound
+}
+
 func (m *reservations) Ready(context.Context) ([]reconcile.ReadyRun, error) {
 	m.lists++
 	var out []reconcile.ReadyRun
@@ -556,17 +566,21 @@ func TestSyncReadsFewReservations(t *testing.T) {
 	stranger := uuid.NewString() // another cluster's run
 	sessions = append(sessions, session("s-waiting", w.ours(reconcile.StateWaiting, ""), 60),
 		session("s-stranger", stranger, 61), session("s-gone", w.ours(reconcile.StateReleased, "s-gone"), 62))
+	// A session handed on: its key names the released run that ended, and a ready run holds it now.
+	handed := w.ours(reconcile.StateReleased, "s-handed")
+	w.ours(reconcile.StateReady, "s-handed")
+	sessions = append(sessions, session("s-handed", handed, 63))
 	w.juice.pools["test"] = []juiceapi.Agent{agent("a1", 64, sessions...)}
 	ctx := context.Background()
 	require.NoError(t, w.syncer.Sync(ctx))
-	require.Equal(t, 64-2, w.sacctmgr.licenses["juice_test"], "the stranger's GPU and our orphan's are taken off")
+	require.Equal(t, 64-2, w.sacctmgr.licenses["juice_test"], "the stranger's GPU and our orphan's are taken off, not the handed one's")
 	require.Equal(t, 1, w.st.lists)
-	require.Equal(t, 3, w.st.gets, "the waiting run, the stranger and the orphan")
+	require.Equal(t, 5, w.st.gets, "the waiting run, the stranger, the orphan and who holds it, the handed session's first run")
 	require.NoError(t, w.syncer.Sync(ctx))
 	require.Equal(t, 2, w.st.lists)
-	require.Equal(t, 3+2, w.st.gets, "the stranger is not asked again")
+	require.Equal(t, 5+4, w.st.gets, "the stranger is not asked again")
 	// The stranger's session ended and the sweep cancelled our orphan: the stranger's key is forgotten.
-	w.juice.pools["test"] = []juiceapi.Agent{agent("a1", 64, sessions[:51]...)}
+	w.juice.pools["test"] = []juiceapi.Agent{agent("a1", 64, append(sessions[:51:51], sessions[53])...)}
 	require.NoError(t, w.syncer.Sync(ctx))
 	require.Equal(t, 64, w.sacctmgr.licenses["juice_test"])
 	require.Empty(t, w.syncer.foreign)

@@ -19,7 +19,7 @@ import (
 // Store is what the sweep reads of the reservations (store.Store).
 type Store interface {
 	Cluster() string
-	Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error)
+	Reservations
 	LiveRun(ctx context.Context, run reconcile.RunID) (reconcile.Reservation, error)
 }
 
@@ -88,6 +88,8 @@ const (
 // Reservations is what Belongs reads (store.Store).
 type Reservations interface {
 	Get(ctx context.Context, id uuid.UUID) (reconcile.Reservation, error)
+	// Holding returns the open reservation that holds a session, ErrNotFound when none.
+	Holding(ctx context.Context, sessionID string) (reconcile.Reservation, error)
 }
 
 // Belongs decides whom session id belongs to, by the key it carries (reconcile.Session.Key: the simulator's
@@ -108,6 +110,18 @@ func Belongs(ctx context.Context, st Reservations, key, id string) (whose Whose,
 	}
 	if !r.Status.State.Final() && (r.Status.SessionID == "" || r.Status.SessionID == id) {
 		return Live, r, nil
+	}
+	// A session handed from run to run (reconcile's hand-off) keeps the first run's key, and that run's reservation,
+	// final, still names it: it is live while another run holds it. (An orphan of a lost answer is another session
+	// than the one its key's reservation names: no query for it.)
+	if r.Status.State.Final() && r.Status.SessionID == id {
+		holder, err := st.Holding(ctx, id)
+		if err == nil {
+			return Live, holder, nil
+		}
+		if !errors.Is(err, reconcile.ErrNotFound) {
+			return Foreign, r, fmt.Errorf("whose is session %s: %w", id, err)
+		}
 	}
 	return Orphan, r, nil
 }

@@ -37,6 +37,15 @@ func (m memStore) Get(_ context.Context, id uuid.UUID) (reconcile.Reservation, e
 	return r, nil
 }
 
+func (m memStore) Holding(_ context.Context, sid string) (reconcile.Reservation, error) {
+	for _, r := range m {
+		if r.Status.SessionID == sid && !r.Status.State.Final() {
+			return r, nil
+		}
+	}
+	return reconcile.Reservation{}, reconcile.ErrNotFound
+}
+
 func (m memStore) LiveRun(_ context.Context, run reconcile.RunID) (reconcile.Reservation, error) {
 	for _, r := range m {
 		if r.Run == run && !r.Status.State.Final() {
