@@ -64,6 +64,9 @@ type Config struct {
 	ListPace ListPace
 	// WaitPoll is how often a queued session is looked at. Default 1s, the legacy controller's tick.
 	WaitPoll time.Duration
+	// HandoffWait is the longest an ended run's session waits for a like run, in the pools whose policy turns
+	// hand-off on (reconcile.Handoff). Default reconcile.DefaultHandoffWait.
+	HandoffWait time.Duration
 	// ReadyCheck is how often the ready sessions are checked to be alive: a walk of each pool, compared with the
 	// ready runs (reconcile.Liveness.Suspects). Default 30s.
 	ReadyCheck time.Duration
@@ -454,6 +457,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 				WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
 				Liveness: &reconcile.Liveness{Juice: juice, Period: c.Config.ReadyCheck, Watched: true}}
 			rc.OnFreed = func(ctx context.Context, pool string) { c.hastenQueued(ctx, pool, rc, enqueue) }
+			rc.Handoff = &reconcile.Handoff{Followers: p.Followers, Wait: c.Config.HandoffWait}
 			if c.Config.StateDir != "" {
 				rc.Files = &session.StateDir{Path: c.Config.StateDir}
 			}

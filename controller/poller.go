@@ -85,6 +85,28 @@ type Poller struct {
 	// at the next one, even when Slurm reports no change since.
 	unsettled bool
 	kicked    atomic.Bool // a reservation was created: compare at the next poll even if Slurm did not change
+	// followers are the likenesses of the Juice jobs the last comparison saw pending that may start as soon as a
+	// like run ends (reconcile.Follows): what an ended run's session waits for, with hand-off on (Followers).
+	followers atomic.Pointer[map[reconcile.Likeness]bool]
+}
+
+// Followers reports whether the last comparison saw a Juice job alike to l pending that may start as soon as a like
+// run ends (reconcile.Handoff.Followers). Safe to call from any goroutine.
+func (p *Poller) Followers(l reconcile.Likeness) bool {
+	m := p.followers.Load()
+	return m != nil && (*m)[l]
+}
+
+// noteFollowers keeps the likenesses of the snapshot's pending jobs that may follow a like run (an array's pending
+// remainder is one job).
+func (p *Poller) noteFollowers(snap plan.Snapshot) {
+	m := map[reconcile.Likeness]bool{}
+	for _, j := range snap.Jobs {
+		if j.UserName != "" && reconcile.Follows(string(j.State), j.StateReason) {
+			m[reconcile.Likeness{User: j.UserName, Account: j.Account, Request: j.Request}] = true
+		}
+	}
+	p.followers.Store(&m)
 }
 
 // Kick makes the next poll compare Slurm with the reservations even if Slurm reports no change.
@@ -122,6 +144,7 @@ func (p *Poller) Poll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.noteFollowers(snap)
 	if runs.Ended, err = p.Store.Ended(ctx, snap.JobIDs()); err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ type controllerOpts struct {
 	cluster, dbURL, restURL, restUser, restToken, restVersion, juiceURL, juiceToken, keyFile, secretFile *string
 	hookListen, holder, policyFile, metricsListen, juicePools, hookCert, hookKey, scontrol, unmunge      *string
 	stateDir                                                                                             *string
-	poll, waitPoll, window, leaseTTL, sweep, retention                                                   *time.Duration
+	poll, waitPoll, window, leaseTTL, sweep, retention, handoffWait                                      *time.Duration
 	perPool, perUser, perAccount, workers                                                                *int
 	trustComment, juiceIdem, licenses                                                                    *bool
 	sacctmgr, capsQOS, hookSocket, hookSocketUsers                                                       *string
@@ -72,6 +72,7 @@ func controllerFlags(fs *flag.FlagSet) *controllerOpts {
 		holder:          fs.String("holder", "", "this replica's name in the leader lease (default host:pid)"),
 		poll:            fs.Duration("poll-interval", 2*time.Second, "time between two listings of slurmrestd (SIGHUP re-reads it)"),
 		waitPoll:        fs.Duration("session-poll", time.Second, "how often a queued session is looked at"),
+		handoffWait:     fs.Duration("handoff-wait", reconcile.DefaultHandoffWait, "with hand-off on for a pool (policy pool.<name>.handoff), the longest an ended run's session waits for the same user's next like job"),
 		perUser:         fs.Int("lookahead-per-user", reconcile.DefaultLookahead.PerUser, "of those, at most this many pending jobs of one user (0: no cap; SIGHUP re-reads it)"),
 		perAccount:      fs.Int("lookahead-per-account", reconcile.DefaultLookahead.PerAccount, "of those, at most this many pending jobs of one Slurm account (0: no cap; SIGHUP re-reads it)"),
 		perPool:         fs.Int("lookahead-per-pool", reconcile.DefaultLookahead.PerPool, "pending jobs reserved ahead per pool, by Slurm priority (SIGHUP re-reads it)"),
@@ -235,7 +236,7 @@ func runController(ctx context.Context, args []string) error {
 		return err
 	}
 	c := &controller.Controller{
-		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, Holder: *o.holder,
+		Config: controller.Config{Cluster: *o.cluster, PollInterval: *o.poll, WaitPoll: *o.waitPoll, HandoffWait: *o.handoffWait, Holder: *o.holder,
 			Lookahead: reconcile.Lookahead{PerPool: *o.perPool, PerUser: *o.perUser, PerAccount: *o.perAccount, Window: *o.window}, TrustComment: *o.trustComment,
 			HookListen: *o.hookListen, HookSocket: *o.hookSocket, HookSocketUIDs: socketUIDs, MetricsListen: *o.metricsListen, Retention: retentionOf(*o.retention), LeaseTTL: *o.leaseTTL, LeaseRenew: *o.leaseTTL / 3, Sweep: *o.sweep, Workers: *o.workers,
 			Policy: limits, HookTLS: hookTLS, Unmunge: *o.unmunge, StateDir: stateDir, Licenses: *o.licenses, Sacctmgr: *o.sacctmgr, CapsQOS: capsQOS},

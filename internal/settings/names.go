@@ -16,6 +16,7 @@ var Names = map[string]bool{
 	"hook-listen":           true,
 	"hook-log":              true,
 	"hook-secret":           true,
+	"handoff-wait":          true,
 	"hook-socket":           true,
 	"hook-socket-users":     true,
 	"hook-url":              true,
