@@ -239,7 +239,7 @@ test-juice-legacy-smoke:
 # The chaos run gets a fresh legacy database and agents-chaos.json: agents that read whole answers
 # (the real agent exits once its state passes 4 KB, about 8 sessions stacked on one agent) and have room for the
 # VRAM the legacy controller never gives back.
-LEGACY_E2E = ^(TestSrunGetsTwoGPUs|TestSbatchVRAMSliceWritesSessionEnv|TestPendingRequestVisibleAndCancelReleases|TestPoolFullBatchJobWaitsForItsLicense)$$
+LEGACY_E2E = ^(TestHandoffPassesTheSessionAlongAnArray|TestHandoffNeverCrossesUsersOrAccounts|TestSrunGetsTwoGPUs|TestSbatchVRAMSliceWritesSessionEnv|TestPendingRequestVisibleAndCancelReleases|TestPoolFullBatchJobWaitsForItsLicense)$$
 test-juice-legacy: build
 	$(ON_HOST) sh -c 'set -e; L=test/juicelegacy/legacy.sh; bash $$L down; bash $$L up; \
 		CI=true $(GO) test -count=1 -tags legacy -run "^(TestLegacy|TestContractLegacy)" ./test/juicelegacy/; \

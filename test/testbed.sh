@@ -609,6 +609,8 @@ cmd_wire() {
 	# juice-sim's configurations (the demo's and the e2e suite's), and the e2e suite's pool limits.
 	sed -e 's/^pools = .*/pools = demo, small, test, lab/' "$ART_POLICY" >$JUICE_ETC/.juice-policy.conf.new
 	cat "$REPO/test/testbed/juice-policy.extra" >>$JUICE_ETC/.juice-policy.conf.new
+	# JUICE_TESTBED_HANDOFF=on (the benchmarks): session hand-off in the demo's pool.
+	[ "${JUICE_TESTBED_HANDOFF:-off}" != on ] || echo "pool.demo.handoff = on" >>$JUICE_ETC/.juice-policy.conf.new
 	chmod 0644 $JUICE_ETC/.juice-policy.conf.new && mv $JUICE_ETC/.juice-policy.conf.new $JUICE_ETC/juice-policy.conf
 	# The module first: slurmctld loads a new job_submit.lua (which requires it) at the next submission.
 	install -m 0644 "$ART_LUA/juice_submit.lua" /etc/slurm/.juice_submit.lua.new

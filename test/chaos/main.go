@@ -58,6 +58,9 @@ var dbdOutage time.Duration
 // read-write), and instead of a restart of PostgreSQL the standby is promoted and the primary stopped.
 var pgFailover bool
 
+// handoff: session hand-off on in pool test, each job's session checked to be its own run's (-handoff).
+var handoff bool
+
 // legacy is the legacy controller's env file when it is the Juice side (-juice legacy).
 var legacy *testbed.Env
 
@@ -86,6 +89,8 @@ type chaos struct {
 	ended      map[uint32]*slurmrest.Job // jobs the soak saw finished while it ran (soak.go)
 	errRate    float64
 	latency    time.Duration
+	policy     string // the controller's site policy (handoffFiles)
+	outDir     string // with -handoff: where the jobs write the session they ran on
 }
 
 func main() {
@@ -105,6 +110,7 @@ func main() {
 	flag.IntVar(&soakQueue, "soak-queue", 20, "with -soak: the jobs that may wait or run at once")
 	flag.BoolVar(&slurmEvents, "slurm-events", false, "also reconfigure slurmctld, restart munged and restart slurmctld during the run (slurm.go)")
 	flag.DurationVar(&dbdOutage, "dbd-outage", 60*time.Second, "how long slurmdbd is stopped, after a restart of it early in the run (on a bed with accounting); 0 leaves slurmdbd alone")
+	flag.BoolVar(&handoff, "handoff", true, "session hand-off on in pool test (the controller's copy of the bed's policy); every job writes the session it ran on, checked to be its own run's")
 	flag.BoolVar(&pgFailover, "pg-failover", false, "run on test/pgpair.sh's primary and standby (up already) and promote the standby after the second kill, instead of restarting PostgreSQL")
 	flag.Parse()
 	if *juiceSide == "legacy" {
@@ -161,6 +167,12 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 	}
 	defer w.Close()
 	c.dir, c.dbURL, c.store, c.tokenFile = w.Dir, w.DB.Runtime, w.Store, w.TokenFile
+	if c.policy, c.outDir, err = c.handoffFiles(); err != nil {
+		return err
+	}
+	if c.outDir != "" {
+		defer os.RemoveAll(c.outDir)
+	}
 	simAdmin = world.SimAdmin{URL: "http://" + simAddr, Token: world.Token}
 	if c.slurm, err = slurmrest.New(slurmrest.Config{BaseURL: env.SlurmrestdURL(), UserName: env.SlurmUser(),
 		TokenSource: slurmrest.FileToken(env.TokenFile())}); err != nil {
@@ -200,7 +212,7 @@ func run(ctx context.Context, nJobs, nKills int, outage time.Duration, errRate f
 		cmd := exec.Command(filepath.Join(c.repo, "bin/juice-slurm"), append([]string{"controller", "--config=",
 			"--cluster", env.Cluster(), "--database-url", c.dbURL,
 			"--slurmrestd-url", env.SlurmrestdURL(), "--slurm-user", env.SlurmUser(), "--slurm-token-file", env.TokenFile(),
-			"--cluster-key", env.ClusterKey(), "--hook-secret", env.HookSecret(), "--policy", env.PolicyFile(),
+			"--cluster-key", env.ClusterKey(), "--hook-secret", env.HookSecret(), "--policy", c.policy,
 			"--hook-cert", env.HookCert(), "--hook-key", env.HookKey(), "--scontrol", env.Scontrol(),
 			"--state-dir", env.Get("JUICE_TESTBED_SESSIONS_DIR"),
 			"--hook-listen", hookAddr, "--poll-interval", "500ms", "--session-poll", "200ms", "--lease-ttl", "3s",
@@ -275,14 +287,15 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 	var ids []uint32
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for i := 0; i < nJobs; i++ {
-		args := []string{"--parsable", "--requeue", "-o", "/dev/null", "--job-name", fmt.Sprintf("chaos-%d", i), "--juice-pool=test"}
+		args := []string{"--parsable", "--requeue", "-o", c.jobOut(), "--job-name", fmt.Sprintf("chaos-%d", i), "--juice-pool=test"}
 		switch rng.IntN(3) {
 		case 0:
 			args = append(args, "--juice-gpu-count=2")
 		case 1:
 			args = append(args, "--juice-vram=1.5")
 		}
-		args = append(args, "--wrap", fmt.Sprintf("test -n \"$JUICE_SESSION_ID\" || exit 42; sleep %d", 1+rng.IntN(3)))
+		// The session the job's tasks got: its own run's (checkOwnSessions).
+		args = append(args, "--wrap", fmt.Sprintf("test -n \"$JUICE_SESSION_ID\" || exit 42; echo \"$JUICE_SESSION_ID\"; sleep %d", 1+rng.IntN(3)))
 		id, err := sbatch(ctx, env, args)
 		if err != nil {
 			return err
@@ -494,6 +507,11 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 		}
 	}
 	problems = append(problems, c.checkLicense(ctx)...)
+	foreign, handed, err := c.checkOwnSessions(ctx, ids, states)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, foreign...)
 	if c.controller != nil && !running(c.controller.Process.Pid) {
 		problems = append(problems, "the controller exited on its own after its last restart (see chaos-controller.log's end)")
 	}
@@ -512,13 +530,14 @@ func (c *chaos) verify(ctx context.Context, ids []uint32, states map[uint32]*slu
 | reservations (runs) | %d (failed: %d) |
 | sessions at the Juice side | %d (leaked: %d) |
 | runs with two sessions | %d |
+| sessions handed from a run to the next (hand-off %s) | %d; jobs that ran on another run's session: %d |
 | controller kill -9 | %d (longest restart to healthy: %s) |
 | %s |
 | slurmrestd stopped | %v (%s) |
 %s%s| %s |
 | wall time | %s |
 `, time.Now().Format(time.DateTime), len(ids), len(ids)-len(notCompleted), requeued, runs, failedRuns, len(sessions), leaked,
-		twoSessions, c.kills, maxDown.Round(time.Millisecond), pgLine(pgRestarted, c.failedOver), restStopped, outage, c.dbdLines(), c.eventsLine(), juiceSide(errRate, latency),
+		twoSessions, onOff(handoff), handed, len(foreign), c.kills, maxDown.Round(time.Millisecond), pgLine(pgRestarted, c.failedOver), restStopped, outage, c.dbdLines(), c.eventsLine(), juiceSide(errRate, latency),
 		time.Since(start).Round(time.Second))
 	fmt.Println()
 	fmt.Print(report)
@@ -659,20 +678,112 @@ func legacyAlive() []string {
 // one is made: their sessions follow each other and are not counted together.
 func atOnce(list []reconcile.Reservation, sessionsByKey map[string][]juiceapi.Session) int {
 	most := 0
+	held := func(r reconcile.Reservation) int { return len(sessionsByKey[r.ID.String()]) + taken(r, sessionsByKey) }
 	for i, a := range list {
-		n := len(sessionsByKey[a.ID.String()])
+		n := held(a)
 		for j, b := range list {
-			if i == j || len(sessionsByKey[b.ID.String()]) == 0 {
+			if i == j || held(b) == 0 {
 				continue
 			}
 			// b overlaps a unless one of them ended (its last status write, final) before the other was made.
 			aEnded := a.Status.State.Final() && !a.Status.UpdatedAt.After(b.CreatedAt)
 			bEnded := b.Status.State.Final() && !b.Status.UpdatedAt.After(a.CreatedAt)
 			if !aEnded && !bEnded {
-				n += len(sessionsByKey[b.ID.String()])
+				n += held(b)
 			}
 		}
 		most = max(most, n)
 	}
 	return most
+}
+
+// taken is 1 when r held a session its key does not name: one handed to it by the run before (hand-off), which
+// carries that run's key. A run that took one and asked for one of its own held two.
+func taken(r reconcile.Reservation, sessionsByKey map[string][]juiceapi.Session) int {
+	if r.Status.SessionID == "" {
+		return 0
+	}
+	for _, s := range sessionsByKey[r.ID.String()] {
+		if s.ID == r.Status.SessionID {
+			return 0
+		}
+	}
+	return 1
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// handoffFiles writes, with -handoff, the controller's policy (the bed's, with hand-off on in pool test) and makes
+// the directory the jobs write their sessions into (in the bed, where its jobs write); without, the bed's policy.
+func (c *chaos) handoffFiles() (policy, outDir string, err error) {
+	if !handoff {
+		return c.env.PolicyFile(), "", nil
+	}
+	b, err := os.ReadFile(c.env.PolicyFile())
+	if err != nil {
+		return "", "", fmt.Errorf("the test bed's site policy: %w", err)
+	}
+	policy = filepath.Join(c.dir, "juice-policy.conf")
+	if err := os.WriteFile(policy, append(b, "\n# The chaos run's own: session hand-off in pool test.\npool.test.handoff = on\n"...), 0o644); err != nil {
+		return "", "", err
+	}
+	if outDir, err = os.MkdirTemp(c.env.HostPath(os.TempDir()), "juice-chaos-out-"); err != nil {
+		return "", "", err
+	}
+	return policy, outDir, nil
+}
+
+// jobOut is a job's -o: with -handoff its file in outDir (its last run's session), else nothing.
+func (c *chaos) jobOut() string {
+	if c.outDir == "" {
+		return "/dev/null"
+	}
+	return c.env.JobPath(filepath.Join(c.outDir, "job-%j.out"))
+}
+
+// checkOwnSessions checks, with -handoff, that every completed job's tasks ran on the session of its own last run
+// (the session file the plugin opens is sealed for one run: a session handed on is sealed again for the run that
+// takes it). It returns the problems, and how many runs took a session handed on.
+func (c *chaos) checkOwnSessions(ctx context.Context, ids []uint32, states map[uint32]*slurmrest.Job) (problems []string, handed int, err error) {
+	if c.outDir == "" {
+		return nil, 0, nil
+	}
+	for _, id := range ids {
+		rs, err := c.store.ForJob(ctx, id)
+		if err != nil {
+			return nil, 0, err
+		}
+		var last reconcile.Reservation
+		for _, r := range rs {
+			evs, err := c.store.Events(ctx, r.ID)
+			if err != nil {
+				return nil, 0, err
+			}
+			for _, e := range evs {
+				if e.Event == reconcile.EventTaken {
+					handed++
+				}
+			}
+			if r.Status.ReadyAt.After(last.Status.ReadyAt) { // the tasks ran on the session last made ready
+				last = r
+			}
+		}
+		if j := states[id]; j == nil || j.State != slurmrest.StateCompleted {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(c.outDir, fmt.Sprintf("job-%d.out", id)))
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("job %d: its output: %v", id, err))
+			continue
+		}
+		if got := strings.TrimSpace(string(b)); got != last.Status.SessionID {
+			problems = append(problems, fmt.Sprintf("job %d ran on session %q, its run %d's is %q", id, got, last.Run.Run, last.Status.SessionID))
+		}
+	}
+	return problems, handed, nil
 }

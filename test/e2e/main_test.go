@@ -44,6 +44,7 @@ var world struct {
 	simAdmin   testworld.SimAdmin
 	controller *exec.Cmd
 	ctlLog     string
+	policy     string // the controller's site policy: the bed's, with hand-off on in pool demo
 	slurm      *slurmrest.Client
 	repo       string
 
@@ -81,6 +82,14 @@ func runAll(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	world.dir = dir
+	// The controller's policy: the bed's, with session hand-off on in pool demo (handoff_test.go). Not a limit,
+	// so job_submit.lua, which reads the bed's, needs no copy.
+	policy, err := os.ReadFile(env.PolicyFile())
+	if err != nil {
+		return fail("the test bed's site policy: %v", err)
+	}
+	world.policy = filepath.Join(dir, "juice-policy.conf")
+	must(os.WriteFile(world.policy, append(policy, "\n# The e2e suite's own: session hand-off in pool demo.\npool.demo.handoff = on\n"...), 0o644))
 	ctx := context.Background()
 	// Migrated as the owner role by juice-slurm migrate; the controller and the checks run as the runtime role.
 	tw, err := testworld.Build(ctx, testworld.Config{Migrator: testbed.Binary(world.repo), NoStore: true})
@@ -109,11 +118,13 @@ func runAll(m *testing.M) int {
 	world.juiceURL, world.juiceToken = "http://"+simAddr, world.simToken
 	simCfg := filepath.Join(dir, "sim.json")
 	// Pool "test" is roomy; pool "small" has one GPU, to fill it on purpose; pool "lab" has limits of its own in
-	// the test bed's site policy (test/testbed/juice-policy.extra).
+	// the test bed's site policy (test/testbed/juice-policy.extra); pool "demo" (as the legacy controller's: one
+	// agent of 4 GPUs) has session hand-off on in the suite's own copy of that policy (handoff_test.go).
 	must(os.WriteFile(simCfg, []byte(`{"tick": "100ms", "activateDelay": "200ms", "cancelDelay": "100ms",
 		"pools": [{"id": "test", "agents": [{"count": 2, "gpus": 4, "vram": "80GiB"}]},
 		          {"id": "small", "agents": [{"gpus": 1, "vram": "16GiB"}]},
-		          {"id": "lab", "agents": [{"gpus": 2, "vram": "24GiB"}]}]}`), 0o644))
+		          {"id": "lab", "agents": [{"gpus": 2, "vram": "24GiB"}]},
+		          {"id": "demo", "agents": [{"gpus": 4, "vram": "80GiB"}]}]}`), 0o644))
 	sim := exec.Command(filepath.Join(world.repo, "bin/juice-sim"), "--listen", simAddr, "--token-file", world.simToken,
 		"--config", simCfg, "--log-format", "json")
 	simLog := filepath.Join(dir, "juice-sim.log")
@@ -161,7 +172,7 @@ func startControllerOn(dbURL string) error {
 		"--slurmrestd-url", world.env.SlurmrestdURL(), "--slurm-user", world.env.SlurmUser(),
 		"--slurm-token-file", world.env.TokenFile(),
 		"--juice-url", world.juiceURL, "--juice-token-file", world.juiceToken, "--juice-pools", world.juicePools,
-		"--cluster-key", world.env.ClusterKey(), "--hook-secret", world.env.HookSecret(), "--policy", world.env.PolicyFile(),
+		"--cluster-key", world.env.ClusterKey(), "--hook-secret", world.env.HookSecret(), "--policy", world.policy,
 		"--hook-cert", world.env.HookCert(), "--hook-key", world.env.HookKey(), "--hook-listen", hookAddr,
 		"--scontrol", world.env.Scontrol(), "--state-dir", world.env.Get("JUICE_TESTBED_SESSIONS_DIR"),
 		"--poll-interval", "500ms", "--session-poll", "100ms", "--lease-ttl", "3s", "--sweep-interval", "10s",

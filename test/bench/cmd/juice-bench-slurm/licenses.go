@@ -27,14 +27,18 @@ type licenseBench struct {
 	sleep                  time.Duration
 	// activation is the simulator's activation delay: the target is no job in CONFIGURING longer than one.
 	activation time.Duration
-	// switchTo wires the test bed with licenses on or off and restarts its controller.
-	switchTo func(on bool) error
+	// switchTo wires the test bed with licenses and session hand-off (in the pool) on or off, and restarts its
+	// controller.
+	switchTo func(w wiring) error
 }
 
+// wiring is how the test bed is wired for a kind of run: its pools as licenses, and hand-off in the pool.
+type wiring struct{ licenses, handoff bool }
+
 type licenseKind struct {
-	name     string
-	juice    bool
-	licenses bool
+	name  string
+	juice bool
+	wiring
 }
 
 // licenseRun is what one array or burst of one kind measured.
@@ -49,13 +53,14 @@ type licenseRun struct {
 func (b licenseBench) run(ctx context.Context, env testbed.Env, c *slurmrest.Client, md *strings.Builder) error {
 	kinds := []licenseKind{
 		{name: "plain"},
-		{name: "Juice, licenses on", juice: true, licenses: true},
+		{name: "Juice, licenses on, hand-off on", juice: true, wiring: wiring{licenses: true, handoff: true}},
+		{name: "Juice, licenses on", juice: true, wiring: wiring{licenses: true}},
 		{name: "Juice, licenses off", juice: true},
 	}
-	on := true // the test bed's wiring
+	bed := wiring{licenses: true} // the test bed's wiring
 	defer func() {
-		if !on {
-			_ = b.switchTo(true)
+		if bed != (wiring{licenses: true}) {
+			_ = b.switchTo(wiring{licenses: true})
 		}
 	}()
 	type workload struct {
@@ -78,11 +83,11 @@ func (b licenseBench) run(ctx context.Context, env testbed.Env, c *slurmrest.Cli
 		results[w] = make([][]licenseRun, len(kinds))
 		for round := 0; round < wl.rounds; round++ {
 			for k, kind := range kinds {
-				if kind.juice && kind.licenses != on {
-					if err := b.switchTo(kind.licenses); err != nil {
+				if kind.juice && kind.wiring != bed {
+					if err := b.switchTo(kind.wiring); err != nil {
 						return err
 					}
-					on = kind.licenses
+					bed = kind.wiring
 				}
 				var args []string
 				if kind.juice {
@@ -103,17 +108,19 @@ func (b licenseBench) run(ctx context.Context, env testbed.Env, c *slurmrest.Cli
 			}
 		}
 	}
-	if !on {
-		if err := b.switchTo(true); err != nil {
+	if bed != (wiring{licenses: true}) {
+		if err := b.switchTo(wiring{licenses: true}); err != nil {
 			return err
 		}
-		on = true
+		bed = wiring{licenses: true}
 	}
 
 	fmt.Fprintf(md, "### Pools as Slurm licenses: on, off, and plain Slurm (issue 23)\n\n"+
 		"On the pool `%s` (%d GPUs; the cluster runs 16 jobs at once), each kind in turn: plain sbatch, Juice with the "+
 		"pools as Slurm licenses (job_submit.lua's `JUICE_LICENSES=on`, the controller's `licenses = on`), and Juice "+
-		"with both off (`JUICE_TESTBED_LICENSES_ON=off`: the test bed wired and its controller restarted). *In "+
+		"with both off (`JUICE_TESTBED_LICENSES_ON=off`: the test bed wired and its controller restarted), and Juice "+
+		"with licenses and session hand-off on in the pool (`pool.<pool>.handoff = on`: an ended job's session passes to "+
+		"the next like job). *In "+
 		"CONFIGURING* is each Juice job's time from Slurm's start of its last run to its session being ready (the "+
 		"prolog's wait for GPUs, on a node held for it; Slurm's times have a resolution of one second), in "+
 		"node-seconds (each job has one node), with the longest; the target is 0 requeues and no job longer than "+
@@ -147,7 +154,15 @@ func (b licenseBench) run(ctx context.Context, env testbed.Env, c *slurmrest.Cli
 				medianTook(results[w][k]).Seconds()/plain.Seconds(), confText, longest, reqText)
 		}
 	}
-	md.WriteString("\n")
+	// Issue 24's floor for the array without hand-off: each element (1 GPU) runs 1 s and pays one activation, the
+	// pool's GPUs at a time.
+	floor := time.Duration(b.arrayN) * (time.Second + b.activation) / time.Duration(max(1, b.gpus))
+	fmt.Fprintf(md, "\nThe array's floor without hand-off (elements × (run + activation) / GPUs, one GPU each): "+
+		"%d × (1 s + %s) / %d = %.0f s. Against it:", b.arrayN, b.activation, b.gpus, floor.Seconds())
+	for k, kind := range kinds {
+		fmt.Fprintf(md, " %s %.2f;", kind.name, medianTook(results[0][k]).Seconds()/floor.Seconds())
+	}
+	md.WriteString(" (targets: hand-off off at most 1.10 of the floor, hand-off on at most 1.25 of plain).\n\n")
 	return nil
 }
 
@@ -271,19 +286,22 @@ func medianTook(rs []licenseRun) time.Duration {
 	return ds[len(ds)/2]
 }
 
-// switchLicenses wires the test bed with its pools as licenses or not (job_submit.lua reads JUICE_LICENSES from
-// juice-config.sh, which wire writes) and restarts its controller with licenses on or off to match.
-func switchLicenses(on bool) error {
-	v := "off"
-	if on {
-		v = "on"
+// switchWiring wires the test bed with its pools as licenses or not (job_submit.lua reads JUICE_LICENSES from
+// juice-config.sh, which wire writes) and hand-off in the demo's pool or not (the site policy wire writes), and
+// restarts its controller to match.
+func switchWiring(w wiring) error {
+	onOff := func(b bool) string {
+		if b {
+			return "on"
+		}
+		return "off"
 	}
 	for _, step := range []string{"wire", "services-restart"} {
 		cmd := exec.Command("bash", "test/testbed.sh", step)
-		cmd.Env = append(os.Environ(), "JUICE_TESTBED_LICENSES_ON="+v)
+		cmd.Env = append(os.Environ(), "JUICE_TESTBED_LICENSES_ON="+onOff(w.licenses), "JUICE_TESTBED_HANDOFF="+onOff(w.handoff))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("test bed %s with licenses %s: %w", step, v, err)
+			return fmt.Errorf("test bed %s with licenses %s, hand-off %s: %w", step, onOff(w.licenses), onOff(w.handoff), err)
 		}
 	}
 	return nil

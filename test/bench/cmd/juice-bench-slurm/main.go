@@ -99,7 +99,7 @@ func main() {
 	}
 	if *licArray > 0 {
 		b := licenseBench{arrayN: *licArray, burstN: *licBurst, rounds: *licRounds, pool: *licPool, gpus: *licGPUs,
-			sleep: *burstSleep, activation: *arrayActivate, switchTo: switchLicenses}
+			sleep: *burstSleep, activation: *arrayActivate, switchTo: switchWiring}
 		if err := b.run(ctx, env, slurm, &md); err != nil {
 			fail(err)
 		}

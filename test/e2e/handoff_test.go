@@ -1,0 +1,173 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/reconcile/store"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+)
+
+// Pool demo has hand-off on in the suite's policy (runAll) and one agent of 4 GPUs: its license lets one 4-GPU job
+// run at a time.
+const handoffPool = "--juice-pool=demo"
+
+// An array whose elements follow each other through the pool's license passes a session from element to element:
+// at least one element runs on the session of the one before it, without a new one asked for, and the session
+// file each element's tasks opened is the one sealed for it (the plugin opens no other). Nothing is leaked.
+func TestHandoffPassesTheSessionAlongAnArray(t *testing.T) {
+	s := openStore(t)
+	const n = 4
+	out := filepath.Join(world.dir, "handoff-%a.out")
+	array := sbatch(t, "--array=0-"+strconv.Itoa(n-1), handoffPool, "--juice-gpu-count=4", "-o", world.env.JobPath(out),
+		"--wrap", "printenv JUICE_SESSION_ID; sleep 2")
+	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(array)))
+	elements := waitArrayDone(t, array, n, 240*time.Second)
+
+	rs := finalReservations(t, s, array, n)
+	sessions := map[string]bool{}
+	taken := 0
+	for _, r := range rs {
+		j := elements[r.Run.ArrayTaskID]
+		require.Equal(t, slurmrest.StateCompleted, j.State, "element %d (job %d)", r.Run.ArrayTaskID, j.ID)
+		b, err := os.ReadFile(strings.ReplaceAll(out, "%a", strconv.Itoa(int(r.Run.ArrayTaskID))))
+		require.NoError(t, err)
+		require.Equal(t, r.Status.SessionID, strings.TrimSpace(string(b)), "element %d's tasks ran on its reservation's session", r.Run.ArrayTaskID)
+		sessions[r.Status.SessionID] = true
+		evs := events(t, s, r)
+		if hasEvent(evs, reconcile.EventTaken) {
+			taken++
+			require.False(t, r.Status.Requested, "%s took a session: it asked for none", r.Run)
+		}
+		noLiveSession(t, s, j.ID)
+	}
+	handed := 0
+	for _, r := range rs {
+		if hasEvent(events(t, s, r), reconcile.EventHanded) {
+			handed++
+		}
+	}
+	t.Logf("array %d: %d elements, %d sessions, %d taken from the element before", array, n, len(sessions), taken)
+	require.Positive(t, taken, "at least one element ran on the session of the one before it")
+	require.Equal(t, taken, handed, "each session taken was handed by the run that ended")
+	require.Equal(t, n-taken, len(sessions), "every element not served by a hand-off had a session of its own")
+}
+
+// A session never passes to another user's job, nor to a job of another account, even while it waits for a like
+// job (the same user's, pending behind them): each of those gets a session of its own.
+func TestHandoffNeverCrossesUsersOrAccounts(t *testing.T) {
+	s := openStore(t)
+	first := sbatch(t, handoffPool, "--juice-gpu-count=4", "-o", "/dev/null", "--wrap", "sleep 3")
+	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(first)))
+	waitFor(t, 60*time.Second, fmt.Sprintf("job %d running", first), func() bool { return getJob(t, first).State == slurmrest.StateRunning })
+	// Behind it, for the pool's license: nobody's job of the same account (root's default, as nobody's), root's job
+	// of another account, and root's like job (which makes the first one's session wait for a run at its end).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := world.env.Command(ctx, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sbatch", "--parsable",
+		handoffPool, "--juice-gpu-count=4", "-o", "/dev/null", "--chdir=/tmp", "--wrap", "true")
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "sbatch as nobody: %s", b)
+	other, err := strconv.ParseUint(strings.TrimSpace(strings.Split(string(b), ";")[0]), 10, 32)
+	require.NoError(t, err, "%s", b)
+	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(other)))
+	account := sbatch(t, handoffPool, "--juice-gpu-count=4", "--account=chem", "-o", "/dev/null", "--wrap", "true")
+	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(account)))
+	like := sbatch(t, handoffPool, "--juice-gpu-count=4", "-o", "/dev/null", "--wrap", "true")
+	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(like)))
+
+	ids := []uint32{first, uint32(other), account, like}
+	for _, id := range ids {
+		require.Equal(t, slurmrest.StateCompleted, waitJobDone(t, id, 180*time.Second).State, "job %d", id)
+	}
+	rs := map[uint32]reconcile.Reservation{}
+	for _, id := range ids {
+		waitFor(t, 60*time.Second, fmt.Sprintf("job %d's reservation final", id), func() bool {
+			r, err := s.ForRun(context.Background(), run(id, 0))
+			rs[id] = r
+			return err == nil && r.Status.State.Final()
+		})
+		require.Equal(t, reconcile.StateReleased, rs[id].Status.State, "job %d: %s", id, rs[id].Status.FailReason)
+		noLiveSession(t, s, id)
+	}
+	for _, id := range []uint32{uint32(other), account} {
+		require.False(t, hasEvent(events(t, s, rs[id]), reconcile.EventTaken), "job %d took another's session", id)
+		require.NotEqual(t, rs[first].Status.SessionID, rs[id].Status.SessionID, "job %d got job %d's session", id, first)
+		require.True(t, rs[id].Status.Requested, "job %d asked for a session of its own", id)
+	}
+	require.NotEqual(t, rs[uint32(other)].Status.SessionID, rs[account].Status.SessionID)
+	t.Logf("sessions: first %s, nobody's %s, account chem's %s, like %s (taken: %v)", rs[first].Status.SessionID,
+		rs[uint32(other)].Status.SessionID, rs[account].Status.SessionID, rs[like].Status.SessionID,
+		hasEvent(events(t, s, rs[like]), reconcile.EventTaken))
+}
+
+// waitArrayDone waits for array's n elements to finish and returns them by task id.
+func waitArrayDone(t *testing.T, array uint32, n int, within time.Duration) map[uint32]slurmrest.Job {
+	t.Helper()
+	var elements map[uint32]slurmrest.Job
+	waitFor(t, within, fmt.Sprintf("array %d's %d elements end", array, n), func() bool {
+		list, err := world.slurm.ListJobs(context.Background(), time.Time{})
+		require.NoError(t, err)
+		elements = map[uint32]slurmrest.Job{}
+		for _, j := range list.Jobs {
+			if j.Array == nil || j.Array.JobID != array {
+				continue
+			}
+			if !j.Array.HasTask || !j.State.IsFinished() {
+				return false
+			}
+			elements[j.Array.TaskID] = j
+		}
+		return len(elements) == n
+	})
+	return elements
+}
+
+// finalReservations waits for array's n reservations to be final and returns them.
+func finalReservations(t *testing.T, s *store.Store, array uint32, n int) []reconcile.Reservation {
+	t.Helper()
+	var rs []reconcile.Reservation
+	waitFor(t, 60*time.Second, "every element's reservation final", func() bool {
+		var err error
+		rs, err = s.ForArray(context.Background(), array)
+		require.NoError(t, err)
+		for _, r := range rs {
+			if !r.Status.State.Final() {
+				return false
+			}
+		}
+		return len(rs) >= n
+	})
+	require.Len(t, rs, n, "one reservation per element")
+	for _, r := range rs {
+		require.Equal(t, reconcile.StateReleased, r.Status.State, "%s: %s", r.Run, r.Status.FailReason)
+	}
+	return rs
+}
+
+func events(t *testing.T, s *store.Store, r reconcile.Reservation) []reconcile.Transition {
+	t.Helper()
+	evs, err := s.Events(context.Background(), r.ID)
+	require.NoError(t, err)
+	return evs
+}
+
+func hasEvent(evs []reconcile.Transition, ev reconcile.Event) bool {
+	for _, e := range evs {
+		if e.Event == ev {
+			return true
+		}
+	}
+	return false
+}
