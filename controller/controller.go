@@ -458,6 +458,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 				Liveness: &reconcile.Liveness{Juice: juice, Period: c.Config.ReadyCheck, Watched: true}}
 			rc.OnFreed = func(ctx context.Context, pool string) { c.hastenQueued(ctx, pool, rc, enqueue) }
 			rc.Handoff = &reconcile.Handoff{Followers: p.Followers, Wait: c.Config.HandoffWait}
+			rc.OnHandoff = c.Metrics.observeHandoff
 			if c.Config.StateDir != "" {
 				rc.Files = &session.StateDir{Path: c.Config.StateDir}
 			}

@@ -64,6 +64,7 @@ func TestAHandedSessionServesTheNextLikeJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, reconcile.EventHanded, evs[len(evs)-1].Event)
 	require.Len(t, h.liveSessions(), 2, "the other client's and the one handed on: no third")
+	require.Equal(t, 1.0, counted(t, c.Metrics.handoffs), "juice_slurm_handoffs_total")
 	n, err := sweep.Sessions(ctx, h.store, juiceport.New(h.juice), h.log)
 	require.NoError(t, err)
 	require.Zero(t, n, "the sweep takes the handed session for the live run's, not an orphan of job 42's key")

@@ -34,6 +34,7 @@ type Metrics struct {
 	lastGoodPoll      prometheus.Gauge
 	sweeps            *prometheus.CounterVec
 	sweptSessions     prometheus.Counter
+	handoffs          prometheus.Counter
 	hookRequests      *prometheus.CounterVec
 	prunes            *prometheus.CounterVec
 	pruned            prometheus.Counter
@@ -85,6 +86,8 @@ func NewMetrics(st *store.Store) *Metrics {
 			Name: "juice_slurm_sweeps_total", Help: "Sweeps for sessions that belong to no live run, by result."}, []string{"result"}),
 		sweptSessions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "juice_slurm_swept_sessions_total", Help: "Sessions the sweep cancelled because they belonged to no live run."}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "juice_slurm_handoffs_total", Help: "Sessions an ended run passed to the next like run (session hand-off) instead of cancelling them."}),
 		hookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "juice_slurm_hook_requests_total", Help: "Calls of the hook API, by hook and outcome (ready, waiting, failed, none, released, or unauthorized, bad_request, error)."},
 			[]string{"hook", "outcome"}),
@@ -106,7 +109,7 @@ func NewMetrics(st *store.Store) *Metrics {
 			[]string{"result"}),
 	}
 	m.register(m.reconcileDuration, m.reconcileErrors, m.submitToReady, m.prologWait, m.slurmRequests,
-		m.juiceRequests, m.leader, m.polls, m.hookRefused, m.lastGoodPoll, m.sweeps, m.sweptSessions, m.hookRequests, m.prunes, m.pruned,
+		m.juiceRequests, m.leader, m.polls, m.hookRefused, m.lastGoodPoll, m.sweeps, m.sweptSessions, m.handoffs, m.hookRequests, m.prunes, m.pruned,
 		m.collectorErrors, m.buildInfo, m.licenseCount, m.licenseUpdates,
 		&queueCollector{m: m, desc: prometheus.NewDesc("juice_slurm_queue_depth",
 			"Keys waiting in the leader's work queues (ready now or later), by queue.", []string{"queue"}, nil)},
@@ -226,6 +229,14 @@ func (m *Metrics) observeReady(r *reconcile.Reservation) {
 		return
 	}
 	m.submitToReady.Observe(r.Status.ReadyAt.Sub(r.CreatedAt).Seconds())
+}
+
+// observeHandoff counts a session passed from an ended run to the next like one.
+func (m *Metrics) observeHandoff(giver, taker *reconcile.Reservation) {
+	if m == nil {
+		return
+	}
+	m.handoffs.Inc()
 }
 
 // ObservePrologWait times a prolog's wait by its outcome.

@@ -168,6 +168,9 @@ func (rc *Reconciler) handOver(ctx context.Context, log logr.Logger, giver, take
 	if rc.OnReady != nil {
 		rc.OnReady(taker)
 	}
+	if rc.OnHandoff != nil {
+		rc.OnHandoff(giver, taker)
+	}
 	return nil
 }
 

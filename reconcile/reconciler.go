@@ -80,6 +80,8 @@ type Reconciler struct {
 	held   map[uuid.UUID][]Transition
 	// OnReady, when set, hears of each reservation that became ready (for metrics).
 	OnReady func(r *Reservation)
+	// OnHandoff, when set, hears of each session passed from an ended run to the next (for metrics).
+	OnHandoff func(giver, taker *Reservation)
 	// OnFreed, when set, hears of each pool where a run's session was cancelled (its reservation released): the
 	// controller hands the pool's oldest queued runs to Hasten and to the queue at once, rather than at their next
 	// WaitPoll.
