@@ -64,7 +64,8 @@ func TestAHandedSessionServesTheNextLikeJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, reconcile.EventHanded, evs[len(evs)-1].Event)
 	require.Len(t, h.liveSessions(), 2, "the other client's and the one handed on: no third")
-	require.Equal(t, 1.0, counted(t, c.Metrics.handoffs), "juice_slurm_handoffs_total")
+	// Counted once the transaction committed, just after what the prolog saw.
+	eventually(t, 5*time.Second, "juice_slurm_handoffs_total 1", func() bool { return counted(t, c.Metrics.handoffs) == 1 })
 	n, err := sweep.Sessions(ctx, h.store, juiceport.New(h.juice), h.log)
 	require.NoError(t, err)
 	require.Zero(t, n, "the sweep takes the handed session for the live run's, not an orphan of job 42's key")

@@ -112,14 +112,25 @@ func (rc *Reconciler) passOn(ctx context.Context, log logr.Logger, r *Reservatio
 		return Result{}, true, fmt.Errorf("look for a run to hand session %s to: %w", r.Status.SessionID, err)
 	}
 	l, _ := r.Likeness()
-	if rc.Handoff.Followers != nil && rc.now().Sub(r.Status.UpdatedAt) < rc.Handoff.wait() && rc.Handoff.Followers(l) {
-		return Result{RequeueAfter: handoffPoll}, true, nil
+	if rc.Handoff.Followers == nil || rc.now().Sub(r.Status.UpdatedAt) >= rc.Handoff.wait() || !rc.Handoff.Followers(l) {
+		return Result{}, false, nil
 	}
-	return Result{}, false, nil
+	// A like run that asked for a session of its own (reserved ahead while pending) gets these GPUs from the Juice
+	// Controller's queue once this session is cancelled: waiting would only keep it waiting longer.
+	asked, err := rc.Store.LikeAsked(ctx, r)
+	if err != nil {
+		return Result{}, true, fmt.Errorf("look for a like run waiting for its own session: %w", err)
+	}
+	if asked {
+		return Result{}, false, nil
+	}
+	return Result{RequeueAfter: handoffPoll}, true, nil
 }
 
-// awaitHandoff is the pending run's half: a like run's session lingers for one → wait for it (done), rather than
-// ask the Juice Controller for a session that would queue behind it.
+// awaitHandoff is the pending run's half: a like run's session lingers for one, or its run ended and the reconciler
+// has not taken that up yet (the next job's prolog often comes before: Slurm starts it as soon as the ended job's
+// license is back) → wait for it (done), rather than ask the Juice Controller for a session that would queue
+// behind it.
 func (rc *Reconciler) awaitHandoff(ctx context.Context, r *Reservation) (Result, bool, error) {
 	if !rc.handoffOn(r) {
 		return Result{}, false, nil

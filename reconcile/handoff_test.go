@@ -179,6 +179,31 @@ func TestAnEndedRunsSessionWaitsForAFollower(t *testing.T) {
 	assert.Empty(t, w.juice.Calls().Cancelled)
 }
 
+// The next job's prolog may come before the reconciler took up the end of the run before it: the new run waits for
+// that run's session rather than ask for one.
+func TestAPendingRunWaitsForARunWhoseEndIsNotTakenUpYet(t *testing.T) {
+	w := newHandoffWorld(t)
+	w.store.Update(w.giver.ID, func(r *reconcile.Reservation) { r.Spec.Wanted, r.Spec.RunOver = false, true })
+	taker := w.next()
+	res, err := w.pass(taker.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 100*time.Millisecond, res.RequeueAfter)
+	assert.Equal(t, reconcile.StatePending, w.get(taker.ID).Status.State)
+	assert.Equal(t, 0, w.juice.Calls().Requests)
+	_, err = w.pass(w.giver.ID)
+	require.NoError(t, err)
+	assert.Equal(t, reconcile.StateReady, w.get(taker.ID).Status.State)
+	assert.Equal(t, w.giver.Status.SessionID, w.get(taker.ID).Status.SessionID)
+
+	// A run still ready whose run is not over (held, say) is not waited for.
+	w2 := newHandoffWorld(t)
+	w2.store.Update(w2.giver.ID, func(r *reconcile.Reservation) { r.Spec.Wanted = false })
+	taker = w2.next()
+	_, err = w2.pass(taker.ID)
+	require.NoError(t, err)
+	assert.Equal(t, reconcile.StateWaiting, w2.get(taker.ID).Status.State)
+}
+
 func TestAnEndedRunsSessionWaitsNoLongerThanWait(t *testing.T) {
 	w := newHandoffWorld(t)
 	w.followers = 1
@@ -195,6 +220,19 @@ func TestAnEndedRunsSessionWaitsNoLongerThanWait(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, reconcile.StateWaiting, w.get(taker.ID).Status.State)
 	assert.Equal(t, 1, w.juice.Calls().Requests)
+}
+
+// A like run that asked for its own session (reserved ahead) gets the GPUs from the Juice Controller's queue once
+// the ended run's session is cancelled: the session does not wait for a run that is not coming for it.
+func TestAnEndedRunsSessionDoesNotWaitWhileALikeRunWaitsForItsOwn(t *testing.T) {
+	w := newHandoffWorld(t)
+	w.followers = 1
+	w.next(func(r *reconcile.Reservation) {
+		r.Status.State, r.Status.Requested, r.Status.SessionID = reconcile.StateWaiting, true, w.juice.Book(r.ID, r.Request)
+	})
+	assert.Zero(t, w.end().RequeueAfter)
+	assert.Equal(t, reconcile.StateReleased, w.get(w.giver.ID).Status.State)
+	assert.Equal(t, []string{w.giver.Status.SessionID}, w.juice.Calls().Cancelled)
 }
 
 func TestAnEndedRunWithoutFollowersCancelsAtOnce(t *testing.T) {

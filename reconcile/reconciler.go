@@ -29,9 +29,13 @@ type Store interface {
 	// HandoffTaker returns the reservation that from's session may pass to (MayTake): a wanted, pending reservation
 	// alike to from, a started run's first, then the oldest; ErrNotFound when none.
 	HandoffTaker(ctx context.Context, from *Reservation) (Reservation, error)
-	// HandoffLingers reports whether a reservation alike to to holds a session it may pass on (releasing from ready,
-	// not failed) and left ready less than within ago: one that may still hand it to to.
+	// HandoffLingers reports whether a reservation alike to to holds a session it may pass on, its run over and not
+	// failed: releasing from ready since less than within ago, or still ready (its run's end not taken up yet). One
+	// that may still hand it to to.
 	HandoffLingers(ctx context.Context, to *Reservation, within time.Duration) (bool, error)
+	// LikeAsked reports whether a wanted reservation alike to r (its user, account and request) has asked the Juice
+	// Controller for a session of its own and waits for it (requesting, waiting).
+	LikeAsked(ctx context.Context, r *Reservation) (bool, error)
 	// HandOver writes giver's and taker's statuses, each read at its Version, with their transitions, in one
 	// transaction: ErrConflict, and nothing written, when either changed since.
 	HandOver(ctx context.Context, giver, taker *Reservation, tg []Transition, tt Transition) error

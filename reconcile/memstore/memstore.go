@@ -212,8 +212,23 @@ func (s *Store) HandoffLingers(_ context.Context, to *reconcile.Reservation, wit
 	defer s.mu.Unlock()
 	for _, w := range s.rows {
 		r, st := &w.r, w.r.Status
-		if alike(to, r) && st.State == reconcile.StateReleasing && r.Spec.RunOver && st.FailReason == "" && st.SessionID != "" &&
-			!st.ReadyAt.IsZero() && !st.MaybeOrphans && s.now().Sub(st.UpdatedAt) < within {
+		lingers := st.State == reconcile.StateReleasing && s.now().Sub(st.UpdatedAt) < within ||
+			st.State == reconcile.StateReady && !r.Spec.Wanted
+		if alike(to, r) && lingers && r.Spec.RunOver && st.FailReason == "" && st.SessionID != "" && !st.ReadyAt.IsZero() &&
+			!st.MaybeOrphans {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// LikeAsked implements reconcile.Store as the store does.
+func (s *Store) LikeAsked(_ context.Context, r *reconcile.Reservation) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.rows {
+		st := w.r.Status.State
+		if alike(r, &w.r) && w.r.Spec.Wanted && (st == reconcile.StateRequesting || st == reconcile.StateWaiting) {
 			return true, nil
 		}
 	}
@@ -321,6 +336,10 @@ func (i intercepted) HandoffTaker(ctx context.Context, from *reconcile.Reservati
 
 func (i intercepted) HandoffLingers(ctx context.Context, to *reconcile.Reservation, within time.Duration) (bool, error) {
 	return i.next.HandoffLingers(ctx, to, within)
+}
+
+func (i intercepted) LikeAsked(ctx context.Context, r *reconcile.Reservation) (bool, error) {
+	return i.next.LikeAsked(ctx, r)
 }
 
 func (i intercepted) HandOver(ctx context.Context, giver, taker *reconcile.Reservation, tg []reconcile.Transition, tt reconcile.Transition) error {

@@ -463,6 +463,16 @@ func (s *Store) HandoffLingers(ctx context.Context, to *reconcile.Reservation, w
 	return lingers, nil
 }
 
+// LikeAsked reports whether a wanted run alike to r waits for a session of its own (see reconcile.Store).
+func (s *Store) LikeAsked(ctx context.Context, r *reconcile.Reservation) (bool, error) {
+	var asked bool
+	err := s.pool.QueryRow(ctx, sqlLikeAsked, s.cluster, r.Request.Pool, r.Request.String(), r.UserName, r.Account, r.ID).Scan(&asked)
+	if err != nil {
+		return false, fmt.Errorf("a run like %s waiting for its own session: %w", r.Run, err)
+	}
+	return asked, nil
+}
+
 // HandOver writes both statuses of a hand-off in one transaction (see reconcile.Store): both or neither, each based
 // on the version it was read at.
 func (s *Store) HandOver(ctx context.Context, giver, taker *reconcile.Reservation, tg []reconcile.Transition, tt reconcile.Transition) error {

@@ -46,6 +46,12 @@ func TestHandoffPassesTheSessionAlongAnArray(t *testing.T) {
 		require.Equal(t, r.Status.SessionID, strings.TrimSpace(string(b)), "element %d's tasks ran on its reservation's session", r.Run.ArrayTaskID)
 		sessions[r.Status.SessionID] = true
 		evs := events(t, s, r)
+		var hist []string
+		for _, e := range evs {
+			hist = append(hist, fmt.Sprintf("%s %s>%s:%s", e.At.Format("15:04:05.000"), e.From, e.To, e.Event))
+		}
+		t.Logf("element %d (job %d, started %s, ended %s): %s", r.Run.ArrayTaskID, j.ID, j.StartTime.Format("15:04:05"),
+			j.EndTime.Format("15:04:05"), strings.Join(hist, ", "))
 		if hasEvent(evs, reconcile.EventTaken) {
 			taken++
 			require.False(t, r.Status.Requested, "%s took a session: it asked for none", r.Run)
@@ -71,14 +77,15 @@ func TestHandoffNeverCrossesUsersOrAccounts(t *testing.T) {
 	first := sbatch(t, handoffPool, "--juice-gpu-count=4", "-o", "/dev/null", "--wrap", "sleep 3")
 	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(first)))
 	waitFor(t, 60*time.Second, fmt.Sprintf("job %d running", first), func() bool { return getJob(t, first).State == slurmrest.StateRunning })
-	// Behind it, for the pool's license: nobody's job of the same account (root's default, as nobody's), root's job
+	// Behind it, for the pool's license: another user's job of the same account (root's default, as theirs), root's job
 	// of another account, and root's like job (which makes the first one's session wait for a run at its end).
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := world.env.Command(ctx, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sbatch", "--parsable",
-		handoffPool, "--juice-gpu-count=4", "-o", "/dev/null", "--chdir=/tmp", "--wrap", "true")
+	user := world.env.OtherUser()
+	cmd := world.env.CommandAs(ctx, user, "sbatch", "--parsable", handoffPool, "--juice-gpu-count=4", "-o", "/dev/null",
+		"--chdir=/tmp", "--wrap", "true")
 	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "sbatch as nobody: %s", b)
+	require.NoError(t, err, "sbatch as %s: %s", user, b)
 	other, err := strconv.ParseUint(strings.TrimSpace(strings.Split(string(b), ";")[0]), 10, 32)
 	require.NoError(t, err, "%s", b)
 	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(other)))
@@ -107,7 +114,7 @@ func TestHandoffNeverCrossesUsersOrAccounts(t *testing.T) {
 		require.True(t, rs[id].Status.Requested, "job %d asked for a session of its own", id)
 	}
 	require.NotEqual(t, rs[uint32(other)].Status.SessionID, rs[account].Status.SessionID)
-	t.Logf("sessions: first %s, nobody's %s, account chem's %s, like %s (taken: %v)", rs[first].Status.SessionID,
+	t.Logf("sessions: first %s, another user's %s, account chem's %s, like %s (taken: %v)", rs[first].Status.SessionID,
 		rs[uint32(other)].Status.SessionID, rs[account].Status.SessionID, rs[like].Status.SessionID,
 		hasEvent(events(t, s, rs[like]), reconcile.EventTaken))
 }

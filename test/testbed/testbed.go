@@ -113,6 +113,24 @@ func (e Env) Command(ctx context.Context, name string, args ...string) *exec.Cmd
 	return c
 }
 
+// OtherUser is an ordinary user of the test bed other than the suites' (root): the chroots' second user, nobody on
+// the host. It has an association in every account the suites use.
+func (e Env) OtherUser() string { return e.getOr("JUICE_TESTBED_OTHER_USER", "nobody") }
+
+// CommandAs is Command run as user: in a chroot test bed through its JUICE_TESTBED_EXEC_AS prefix, on the host
+// through setpriv (no groups, no SLURM_JWT: MUNGE names the user).
+func (e Env) CommandAs(ctx context.Context, user, name string, args ...string) *exec.Cmd {
+	var c *exec.Cmd
+	if prefix := strings.Fields(e.Vars["JUICE_TESTBED_EXEC_AS"]); len(prefix) > 0 {
+		c = exec.CommandContext(ctx, prefix[0], append(append(prefix[1:], user, name), args...)...)
+	} else {
+		c = exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=" + user, "--regid=" + user, "--clear-groups", name}, args...)...)
+		c.Dir = "/tmp"
+	}
+	c.Env = CleanEnv()
+	return c
+}
+
 // Scontrol is the host's command for the test bed's own scontrol, for a controller the suites start (--scontrol):
 // in a chroot test bed a wrapper that runs the chroot's scontrol with its slurm.conf, since the host's is another
 // release and talks to another slurmctld.
