@@ -32,8 +32,9 @@ import (
 // itself, so a cancel and a hand-off never cross.
 
 // DefaultHandoffWait is how long an ended run's session waits for a like run by default: enough for slurmctld to
-// start the next job and its prolog to register it, short against a session's start.
-const DefaultHandoffWait = 3 * time.Second
+// start the next job and its prolog to register it (about 2 s on the test beds' 22.05, 24.11 and 26.05, an array's
+// next element after the one before it ended), short against a session's start.
+const DefaultHandoffWait = 5 * time.Second
 
 // handoffPoll is how often a lingering session and a run waiting for it look for each other.
 const handoffPoll = 100 * time.Millisecond

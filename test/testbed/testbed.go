@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	osuser "os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -124,7 +125,11 @@ func (e Env) CommandAs(ctx context.Context, user, name string, args ...string) *
 	if prefix := strings.Fields(e.Vars["JUICE_TESTBED_EXEC_AS"]); len(prefix) > 0 {
 		c = exec.CommandContext(ctx, prefix[0], append(append(prefix[1:], user, name), args...)...)
 	} else {
-		c = exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=" + user, "--regid=" + user, "--clear-groups", name}, args...)...)
+		gid := user // setpriv takes a group's name or number: the user's own group
+		if u, err := osuser.Lookup(user); err == nil {
+			gid = u.Gid
+		}
+		c = exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=" + user, "--regid=" + gid, "--clear-groups", name}, args...)...)
 		c.Dir = "/tmp"
 	}
 	c.Env = CleanEnv()
