@@ -17,6 +17,7 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
 
 // Pool demo has hand-off on in the suite's policy (runAll) and one agent of 4 GPUs: its license lets one 4-GPU job
@@ -35,45 +36,56 @@ func TestHandoffPassesTheSessionAlongAnArray(t *testing.T) {
 	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(array)))
 	elements := waitArrayDone(t, array, n, 240*time.Second)
 
+	// An element may have had two reservations: one reserved ahead that let the pool go to a started element and
+	// a new one (reconcile.MustYield). Its tasks ran on the session of the one made ready last.
 	rs := finalReservations(t, s, array, n)
-	sessions := map[string]bool{}
-	taken := 0
+	used := map[uint32]reconcile.Reservation{}
+	taken, handed := 0, 0
 	for _, r := range rs {
-		j := elements[r.Run.ArrayTaskID]
-		require.Equal(t, slurmrest.StateCompleted, j.State, "element %d (job %d)", r.Run.ArrayTaskID, j.ID)
-		b, err := os.ReadFile(strings.ReplaceAll(out, "%a", strconv.Itoa(int(r.Run.ArrayTaskID))))
-		require.NoError(t, err)
-		require.Equal(t, r.Status.SessionID, strings.TrimSpace(string(b)), "element %d's tasks ran on its reservation's session", r.Run.ArrayTaskID)
-		sessions[r.Status.SessionID] = true
 		evs := events(t, s, r)
 		var hist []string
 		for _, e := range evs {
 			hist = append(hist, fmt.Sprintf("%s %s>%s:%s", e.At.Format("15:04:05.000"), e.From, e.To, e.Event))
 		}
+		j := elements[r.Run.ArrayTaskID]
 		t.Logf("element %d (job %d, started %s, ended %s): %s", r.Run.ArrayTaskID, j.ID, j.StartTime.Format("15:04:05"),
 			j.EndTime.Format("15:04:05"), strings.Join(hist, ", "))
 		if hasEvent(evs, reconcile.EventTaken) {
 			taken++
 			require.False(t, r.Status.Requested, "%s took a session: it asked for none", r.Run)
 		}
-		noLiveSession(t, s, j.ID)
-	}
-	handed := 0
-	for _, r := range rs {
-		if hasEvent(events(t, s, r), reconcile.EventHanded) {
+		if hasEvent(evs, reconcile.EventHanded) {
 			handed++
 		}
+		if u, ok := used[r.Run.ArrayTaskID]; !ok || r.Status.ReadyAt.After(u.Status.ReadyAt) {
+			used[r.Run.ArrayTaskID] = r
+		}
+	}
+	require.Len(t, used, n, "every element had a reservation")
+	sessions := map[string]bool{}
+	for task, r := range used {
+		j := elements[task]
+		require.Equal(t, slurmrest.StateCompleted, j.State, "element %d (job %d)", task, j.ID)
+		b, err := os.ReadFile(strings.ReplaceAll(out, "%a", strconv.Itoa(int(task))))
+		require.NoError(t, err)
+		require.Equal(t, r.Status.SessionID, strings.TrimSpace(string(b)), "element %d's tasks ran on its reservation's session", task)
+		sessions[r.Status.SessionID] = true
+		noLiveSession(t, s, j.ID)
 	}
 	t.Logf("array %d: %d elements, %d sessions, %d taken from the element before", array, n, len(sessions), taken)
 	require.Positive(t, taken, "at least one element ran on the session of the one before it")
 	require.Equal(t, taken, handed, "each session taken was handed by the run that ended")
-	require.Equal(t, n-taken, len(sessions), "every element not served by a hand-off had a session of its own")
+	require.Less(t, len(sessions), n, "fewer sessions than elements")
 }
 
 // A session never passes to another user's job, nor to a job of another account, even while it waits for a like
-// job (the same user's, pending behind them): each of those gets a session of its own.
+// job (the same user's, pending behind them): each of those gets a session of its own. The controller runs without
+// look-ahead here, so that no job is reserved ahead while pending: each is a run waiting for a session when it
+// starts, as a taker is (with look-ahead the jobs behind would have asked for sessions of their own already, and
+// none could be handed one).
 func TestHandoffNeverCrossesUsersOrAccounts(t *testing.T) {
 	s := openStore(t)
+	restartController(t, "--lookahead-per-pool=0", "--lookahead-window=0")
 	first := sbatch(t, handoffPool, "--juice-gpu-count=4", "-o", "/dev/null", "--wrap", "sleep 3")
 	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(first)))
 	waitFor(t, 60*time.Second, fmt.Sprintf("job %d running", first), func() bool { return getJob(t, first).State == slurmrest.StateRunning })
@@ -145,7 +157,7 @@ func waitArrayDone(t *testing.T, array uint32, n int, within time.Duration) map[
 func finalReservations(t *testing.T, s *store.Store, array uint32, n int) []reconcile.Reservation {
 	t.Helper()
 	var rs []reconcile.Reservation
-	waitFor(t, 60*time.Second, "every element's reservation final", func() bool {
+	waitFor(t, 60*time.Second, "every element's reservations final", func() bool {
 		var err error
 		rs, err = s.ForArray(context.Background(), array)
 		require.NoError(t, err)
@@ -156,7 +168,7 @@ func finalReservations(t *testing.T, s *store.Store, array uint32, n int) []reco
 		}
 		return len(rs) >= n
 	})
-	require.Len(t, rs, n, "one reservation per element")
+	require.GreaterOrEqual(t, len(rs), n, "a reservation per element at least")
 	for _, r := range rs {
 		require.Equal(t, reconcile.StateReleased, r.Status.State, "%s: %s", r.Run, r.Status.FailReason)
 	}
@@ -177,4 +189,18 @@ func hasEvent(evs []reconcile.Transition, ev reconcile.Event) bool {
 		}
 	}
 	return false
+}
+
+// restartController restarts the controller with extra flags, and with the suite's own at the test's end.
+func restartController(t *testing.T, extra ...string) {
+	t.Helper()
+	stop := func() {
+		testbed.StopProcess(world.controller)
+	}
+	stop()
+	require.NoError(t, startControllerOn(world.dbURL, extra...))
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, startController())
+	})
 }

@@ -165,8 +165,8 @@ func licensed() bool { return world.env.Get("JUICE_TESTBED_ACCOUNTING") == "1" }
 // startController starts (or restarts) the controller process, appending to its log.
 func startController() error { return startControllerOn(world.dbURL) }
 
-// startControllerOn starts the controller with the given database URL.
-func startControllerOn(dbURL string) error {
+// startControllerOn starts the controller with the given database URL, and extra flags after the suite's.
+func startControllerOn(dbURL string, extra ...string) error {
 	c := exec.Command(filepath.Join(world.repo, "bin/juice-slurm"), "controller", "--config=",
 		"--cluster", world.env.Cluster(), "--database-url", dbURL,
 		"--slurmrestd-url", world.env.SlurmrestdURL(), "--slurm-user", world.env.SlurmUser(),
@@ -188,6 +188,7 @@ func startControllerOn(dbURL string) error {
 			c.Args = append(c.Args, "--caps-qos="+q)
 		}
 	}
+	c.Args = append(c.Args, extra...)
 	if err := testbed.StartLogged(c, world.ctlLog); err != nil {
 		return err
 	}
