@@ -79,13 +79,18 @@ func MayTake(giver, taker *Reservation) bool {
 		mayGive(giver) && taker.Status.State == StatePending && taker.Spec.Wanted
 }
 
+// AdminReleased is the reason juice-slurm release records: an administrator wants the run's session cancelled and
+// its GPUs back in the pool, so it is never handed on.
+const AdminReleased = "released by an administrator (juice-slurm release)"
+
 // mayGive reports whether r holds a session it may pass on: its run is over (a run let go only for now, held or
-// yielding to a started job, keeps nothing to pass: its GPUs go back to the pool), it was ready (its session active
-// and sealed for it), it did not fail, and its session is the only one its key may name.
+// yielding to a started job, keeps nothing to pass: its GPUs go back to the pool) and not by an administrator's
+// release, it was ready (its session active and sealed for it), it did not fail, and its session is the only one
+// its key may name.
 func mayGive(r *Reservation) bool {
 	s := r.Status
-	return r.Spec.RunOver && s.State == StateReleasing && s.FailReason == "" && s.SessionID != "" && !s.ReadyAt.IsZero() &&
-		!s.MaybeOrphans
+	return r.Spec.RunOver && r.Spec.WantReason != AdminReleased && s.State == StateReleasing && s.FailReason == "" &&
+		s.SessionID != "" && !s.ReadyAt.IsZero() && !s.MaybeOrphans
 }
 
 // Follows reports whether a job Slurm shows in jobState, pending for reason, may start as soon as a like run ends:

@@ -110,6 +110,13 @@ func TestHandoffNeverCrossesUsersAccountsOrRequests(t *testing.T) {
 		{name: "a run that was not waiting", taker: func(r *reconcile.Reservation) { r.Spec.Wanted = false }},
 		{name: "a pool without hand-off", world: func(w *handoffWorld) { w.rc.Policy = &policy.Policy{} }},
 		{name: "no hand-off configured", world: func(w *handoffWorld) { w.rc.Handoff = nil }},
+		{name: "a run an administrator released", world: func(w *handoffWorld) {
+			w.store.Update(w.giver.ID, func(r *reconcile.Reservation) {
+				r.Spec.Wanted, r.Spec.WantReason, r.Spec.RunOver = false, reconcile.AdminReleased, true
+			})
+			_, err := w.pass(w.giver.ID)
+			require.NoError(w.t, err)
+		}},
 		{name: "a run let go only for now (held)", world: func(w *handoffWorld) {
 			w.store.Update(w.giver.ID, func(r *reconcile.Reservation) { r.Spec.Wanted, r.Spec.WantReason = false, "held" })
 			_, err := w.pass(w.giver.ID)
@@ -303,6 +310,7 @@ func TestMayTake(t *testing.T) {
 		"a giver still ready":  func(g, _ *reconcile.Reservation) { g.Status.State = reconcile.StateReady },
 		"a giver with orphans": func(g, _ *reconcile.Reservation) { g.Status.MaybeOrphans = true },
 		"a giver sessionless":  func(g, _ *reconcile.Reservation) { g.Status.SessionID = "" },
+		"an admin's release":   func(g, _ *reconcile.Reservation) { g.Spec.WantReason = reconcile.AdminReleased },
 	} {
 		g, tk := giver(), taker()
 		change(&g, &tk)

@@ -382,7 +382,7 @@ func runJobCommand(ctx context.Context, out io.Writer, cmd, jobArg string, args 
 				continue
 			}
 			// Recorded as what an administrator wants; the controller's reconciler does the release.
-			if _, err := st.Unwant(ctx, rs[i].ID, "released by an administrator (juice-slurm release)", true); err != nil {
+			if _, err := st.Unwant(ctx, rs[i].ID, reconcile.AdminReleased, true); err != nil {
 				return err
 			}
 			released++

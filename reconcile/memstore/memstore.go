@@ -214,8 +214,8 @@ func (s *Store) HandoffLingers(_ context.Context, to *reconcile.Reservation, wit
 		r, st := &w.r, w.r.Status
 		lingers := st.State == reconcile.StateReleasing && s.now().Sub(st.UpdatedAt) < within ||
 			st.State == reconcile.StateReady && !r.Spec.Wanted
-		if alike(to, r) && lingers && r.Spec.RunOver && st.FailReason == "" && st.SessionID != "" && !st.ReadyAt.IsZero() &&
-			!st.MaybeOrphans {
+		if alike(to, r) && lingers && r.Spec.RunOver && r.Spec.WantReason != reconcile.AdminReleased && st.FailReason == "" &&
+			st.SessionID != "" && !st.ReadyAt.IsZero() && !st.MaybeOrphans {
 			return true, nil
 		}
 	}

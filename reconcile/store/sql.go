@@ -209,10 +209,10 @@ var (
 	sqlHandoffTaker = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND request = $3
 		AND user_name = $4 AND account = $5 AND id <> $6 AND state = 'pending' AND wanted AND user_name <> ''
 		ORDER BY job_state IN (` + sqlStrings(reconcile.StartedStates) + `) DESC, created_at, id LIMIT 1`
-	// A giver: its run over and its session ready, not failed, and releasing since less than $7 milliseconds, or
+	// A giver: its run over (not by an administrator's release, $8) and its session ready, not failed, and releasing since less than $7 milliseconds, or
 	// still ready (the reconciler has not taken up the run's end yet).
 	sqlHandoffLingers = `SELECT EXISTS (SELECT 1 FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND request = $3
-		AND user_name = $4 AND account = $5 AND id <> $6 AND run_over AND fail_reason = ''
+		AND user_name = $4 AND account = $5 AND id <> $6 AND run_over AND fail_reason = '' AND want_reason <> $8
 		AND session_id <> '' AND ready_at IS NOT NULL AND NOT maybe_orphans
 		AND (state = 'releasing' AND updated_at > now() - $7 * interval '1 millisecond' OR state = 'ready' AND NOT wanted))`
 	// Whether a like run asked for a session of its own and waits for it.

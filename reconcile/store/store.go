@@ -456,7 +456,7 @@ func (s *Store) HandoffTaker(ctx context.Context, from *reconcile.Reservation) (
 func (s *Store) HandoffLingers(ctx context.Context, to *reconcile.Reservation, within time.Duration) (bool, error) {
 	var lingers bool
 	err := s.pool.QueryRow(ctx, sqlHandoffLingers, s.cluster, to.Request.Pool, to.Request.String(), to.UserName, to.Account,
-		to.ID, within.Milliseconds()).Scan(&lingers)
+		to.ID, within.Milliseconds(), reconcile.AdminReleased).Scan(&lingers)
 	if err != nil {
 		return false, fmt.Errorf("a session for %s to take: %w", to.Run, err)
 	}

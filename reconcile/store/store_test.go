@@ -776,6 +776,18 @@ func TestHandoffQueriesAndHandOver(t *testing.T) {
 	lingers, err = s.HandoffLingers(ctx, &other, time.Minute)
 	require.NoError(t, err)
 	require.False(t, lingers, "not for another user's run")
+	// bob's run released by an administrator is never waited for.
+	bobs := add(9, "bob", "physics", 2)
+	move(t, s, &bobs, reconcile.EventRequest, "asking")
+	bobs.Status.SessionID = "s-9"
+	move(t, s, &bobs, reconcile.EventQueued, "queued")
+	bobs.Status.Sealed, bobs.Status.ReadyAt = []byte{1}, time.Now()
+	move(t, s, &bobs, reconcile.EventActive, "active")
+	_, err = s.Unwant(ctx, bobs.ID, reconcile.AdminReleased, true)
+	require.NoError(t, err)
+	lingers, err = s.HandoffLingers(ctx, &other, time.Minute)
+	require.NoError(t, err)
+	require.False(t, lingers, "an administrator's release is not handed on")
 	time.Sleep(20 * time.Millisecond)
 	lingers, err = s.HandoffLingers(ctx, &pending, 10*time.Millisecond)
 	require.NoError(t, err)
