@@ -721,12 +721,16 @@ func TestHandoffQueriesAndHandOver(t *testing.T) {
 			Request: request.Request{Pool: "p", GPUs: gpus}, UserName: user, Account: account, JobState: "PENDING"})
 		return r
 	}
+	// ready moves r to ready on session sid, sealed.
+	ready := func(r *reconcile.Reservation, sid string) {
+		move(t, s, r, reconcile.EventRequest, "asking")
+		r.Status.SessionID = sid
+		move(t, s, r, reconcile.EventQueued, "queued")
+		r.Status.Sealed, r.Status.ReadyAt = []byte{1}, time.Now()
+		move(t, s, r, reconcile.EventActive, "active")
+	}
 	giver := add(1, "alice", "physics", 2)
-	move(t, s, &giver, reconcile.EventRequest, "asking")
-	giver.Status.SessionID = "s-1"
-	move(t, s, &giver, reconcile.EventQueued, "queued")
-	giver.Status.Sealed, giver.Status.ReadyAt = []byte{1}, time.Now()
-	move(t, s, &giver, reconcile.EventActive, "active")
+	ready(&giver, "s-1")
 
 	add(2, "bob", "physics", 2)   // another user
 	add(3, "alice", "chem", 2)    // another account
@@ -778,11 +782,7 @@ func TestHandoffQueriesAndHandOver(t *testing.T) {
 	require.False(t, lingers, "not for another user's run")
 	// bob's run released by an administrator is never waited for.
 	bobs := add(9, "bob", "physics", 2)
-	move(t, s, &bobs, reconcile.EventRequest, "asking")
-	bobs.Status.SessionID = "s-9"
-	move(t, s, &bobs, reconcile.EventQueued, "queued")
-	bobs.Status.Sealed, bobs.Status.ReadyAt = []byte{1}, time.Now()
-	move(t, s, &bobs, reconcile.EventActive, "active")
+	ready(&bobs, "s-9")
 	_, err = s.Unwant(ctx, bobs.ID, reconcile.AdminReleased, true)
 	require.NoError(t, err)
 	lingers, err = s.HandoffLingers(ctx, &other, time.Minute)

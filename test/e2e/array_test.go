@@ -33,22 +33,7 @@ func TestArrayLargerThanThePool(t *testing.T) {
 	defer sh(t, 10*time.Second, "scancel", strconv.Itoa(int(array)))
 
 	// Every element ended: slurmctld lists n records of the array, each with its task id, all finished.
-	var elements map[uint32]slurmrest.Job
-	waitFor(t, 300*time.Second, fmt.Sprintf("array %d's %d elements end", array, n), func() bool {
-		list, err := world.slurm.ListJobs(context.Background(), time.Time{})
-		require.NoError(t, err)
-		elements = map[uint32]slurmrest.Job{}
-		for _, j := range list.Jobs {
-			if j.Array == nil || j.Array.JobID != array {
-				continue
-			}
-			if !j.Array.HasTask || !j.State.IsFinished() {
-				return false
-			}
-			elements[j.Array.TaskID] = j
-		}
-		return len(elements) == n
-	})
+	elements := waitArrayDone(t, array, n, 300*time.Second)
 	for task, j := range elements {
 		require.Equal(t, slurmrest.StateCompleted, j.State, "element %d_%d (job %d)", array, task, j.ID)
 		b, err := os.ReadFile(strings.ReplaceAll(out, "%a", strconv.Itoa(int(task))))
