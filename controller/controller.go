@@ -449,7 +449,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		Retention: c.Config.Retention, PruneInterval: c.Config.PruneInterval, Sweep: c.sweep, SweepFiles: c.sweepFiles,
 		Actors: func(enqueue func(uuid.UUID)) leader.Actors {
 			p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
-				Pace: c.Config.ListPace, TrustComment: c.Config.TrustComment,
+				Handoff: c.Config.Policy.Handoff, Pace: c.Config.ListPace, TrustComment: c.Config.TrustComment,
 				Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: enqueue}
 			ja := &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
 			juice := juiceport.New(c.Juice)

@@ -21,7 +21,7 @@ import (
 
 // With hand-off on, a job that ends while the same user's like job waits for the pool's license passes its session
 // to that job as it starts: one session for both, never cancelled in between, and the sweep leaves it alone; the
-// second job's end, with nobody after it, cancels it.
+// second job's end, with nobody after it, cancels it. The look-ahead leaves the like job to its hand-off.
 func TestAHandedSessionServesTheNextLikeJob(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -31,7 +31,9 @@ func TestAHandedSessionServesTheNextLikeJob(t *testing.T) {
 	require.NoError(t, err)
 	const req = "juice:v1:pool=test,gpus=4"
 	next := fakeslurm.JuiceJob(43, 0, slurmrest.StatePending, req)
-	next.StateReason = "Licenses" // not reserved ahead: it starts when job 42 gives the license back
+	// Pending for its turn, yet not reserved ahead: job 42 runs alike, so job 43 is its heir (reconcile.Candidate.Heir)
+	// and starts when job 42 gives the license back.
+	next.StateReason = "Priority"
 	h.slurm.Set(fakeslurm.JuiceJob(42, 0, slurmrest.StateConfiguring, req), next)
 	c, _ := h.startController("a", Config{Policy: &policy.Policy{PoolLimits: map[string]*policy.PoolLimits{"test": {Handoff: true}}}})
 

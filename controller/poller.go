@@ -57,6 +57,9 @@ type Poller struct {
 	Store     PollerStore
 	Cluster   string
 	Lookahead reconcile.Lookahead
+	// Handoff reports whether a pool's sessions pass from run to run (the site policy's Policy.Handoff): a pending
+	// job alike to a running one there is not reserved ahead (reconcile.Candidate.Heir). Nil: no pool has it.
+	Handoff func(pool string) bool
 	// TrustComment also reads requests from the job's comment, which its owner can change; by default only
 	// admin_comment, which job_submit.lua writes and the owner cannot change, is trusted.
 	TrustComment bool
@@ -103,7 +106,7 @@ func (p *Poller) noteFollowers(snap plan.Snapshot) {
 	m := map[reconcile.Likeness]bool{}
 	for _, j := range snap.Jobs {
 		if j.UserName != "" && reconcile.Follows(string(j.State), j.StateReason) {
-			m[reconcile.Likeness{User: j.UserName, Account: j.Account, Request: j.Request}] = true
+			m[j.Likeness()] = true
 		}
 	}
 	p.followers.Store(&m)
@@ -148,7 +151,7 @@ func (p *Poller) Poll(ctx context.Context) error {
 	if runs.Ended, err = p.Store.Ended(ctx, snap.JobIDs()); err != nil {
 		return err
 	}
-	if err := p.apply(ctx, plan.Plan(snap, runs, p.Lookahead)); err != nil {
+	if err := p.apply(ctx, plan.Plan(snap, runs, p.Lookahead, p.Handoff)); err != nil {
 		return err
 	}
 	p.unsettled = false

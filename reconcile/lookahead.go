@@ -27,6 +27,11 @@ import (
 // another job cannot start with. PerAccount does the same for an account: a group whose users each stay within
 // PerUser still cannot take a whole pool's places together.
 //
+// In a pool with session hand-off on, a pending job that a like job of the same user runs ahead of (Candidate.Heir)
+// is not reserved ahead: it takes that run's session when the run ends (Handoff), and a session of its own, queued
+// in the Juice Controller behind the pool's GPUs, would only take the GPUs the running job hands on. What that
+// trades: such a job that Slurm starts before a like run ends waits for a session of its own in its prolog.
+//
 // Jobs that are CONFIGURING or RUNNING always want their session, whatever this policy says.
 type Lookahead struct {
 	// PerPool caps the pending jobs of one pool reserved by priority. 0 reserves none by priority.
@@ -73,6 +78,9 @@ type Candidate struct {
 	// BeginTime is the earliest time Slurm lets the job start (its eligible time: the --begin time while the
 	// reason is BeginTime); zero when unknown.
 	BeginTime time.Time
+	// Heir marks a pending run of a pool with hand-off on that a like job (same user, account and request) runs
+	// ahead of: it is never reserved ahead (see Lookahead).
+	Heir bool
 }
 
 // waitReasons are Slurm's reasons for a pending job that is eligible and only waits its turn. Anything else
@@ -128,7 +136,7 @@ func (l Lookahead) Select(now time.Time, cands []Candidate) map[RunID]bool {
 			continue
 		}
 		begins := c.BeginsWithin(now, l.Window)
-		if !c.Eligible() && !begins {
+		if c.Heir || !c.Eligible() && !begins {
 			continue
 		}
 		// An array's element not started yet has its remainder's expected start, which is the next element's only:

@@ -170,3 +170,17 @@ func TestLookaheadStartedRunsWaitingTakePlacesFirst(t *testing.T) {
 	got = Lookahead{PerPool: 3, Window: time.Minute}.Select(now, append(cands[:3:3], elem))
 	require.False(t, got[elem.Run], "no place left, and the window does not reserve an element not started")
 }
+
+// An heir (a pending job a like run of its user runs ahead of, in a pool with hand-off on) is never reserved ahead,
+// whatever its priority, and takes no place: the next job in order gets it.
+func TestLookaheadLeavesHeirs(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	c := func(job uint32, prio uint64, heir bool) Candidate {
+		return Candidate{Run: RunID{Cluster: "c", JobID: job}, Request: request.Request{Pool: "p", GPUs: 1}, User: "alice",
+			Priority: prio, SubmitTime: now, StateReason: "Priority", ExpectedStart: now, Heir: heir}
+	}
+	got := Lookahead{PerPool: 1, PerUser: 1}.Select(now, []Candidate{c(1, 90, true), c(2, 10, false)})
+	require.Equal(t, map[RunID]bool{{Cluster: "c", JobID: 2}: true}, got)
+	got = Lookahead{PerPool: 1, Window: time.Minute}.Select(now, []Candidate{c(1, 90, true)})
+	require.Empty(t, got, "not even when Slurm expects it to start within the window")
+}

@@ -121,17 +121,18 @@ type Observation struct {
 //     once the snapshot shows the element as a job of its own with the same run;
 //   - reserves each run that is free (reconcile.Reservable) and wanted now: CONFIGURING, RUNNING or SUSPENDED, or
 //     PENDING and picked by the look-ahead (an array's next pending elements, one candidate each). A run that is
-//     Over takes no place in the look-ahead; a live one keeps its place;
+//     Over takes no place in the look-ahead; a live one keeps its place; in a pool with hand-off on (handoff, nil:
+//     none), a pending run that a like job runs ahead of is an heir (reconcile.Candidate.Heir);
 //   - lets go each open run whose job ended, was requeued (a new run replaces it), is held, or vanished (for a
 //     hold, without ending the run);
 //   - records each open run's job state and pending reason when they changed;
 //   - records when Slurm started and ended each run, open or ended, once it has (times).
-func Plan(snap Snapshot, runs Runs, look reconcile.Lookahead) Changes {
+func Plan(snap Snapshot, runs Runs, look reconcile.Lookahead, handoff func(pool string) bool) Changes {
 	var ch Changes
 	open := append([]reconcile.Tracked(nil), runs.Open...)
 	ch.Bind = bind(snap, open)
 	rs := reservations(open, runs.Ended)
-	ch.Create, ch.Unread = reserve(snap, rs, look)
+	ch.Create, ch.Unread = reserve(snap, rs, look, running(snap, handoff))
 	for i := range open {
 		r := &open[i]
 		if o, ok := observe(snap, r); ok {
@@ -254,9 +255,30 @@ func (rs runReservations) ready(run reconcile.RunID) bool {
 	return false
 }
 
+// running returns the likenesses of the snapshot's jobs that Slurm started in pools with hand-off on: a pending job
+// alike to one of them is that run's heir.
+func running(snap Snapshot, handoff func(pool string) bool) map[reconcile.Likeness]bool {
+	if handoff == nil {
+		return nil
+	}
+	m := map[reconcile.Likeness]bool{}
+	for _, j := range snap.Jobs {
+		if j.UserName != "" && reconcile.Started(string(j.State)) && handoff(j.Request.Pool) {
+			m[j.Likeness()] = true
+		}
+	}
+	return m
+}
+
+// Likeness is what the job's runs share with runs they may hand a session to, or take one from (reconcile.MayTake).
+func (j *Job) Likeness() reconcile.Likeness {
+	return reconcile.Likeness{User: j.UserName, Account: j.Account, Request: j.Request}
+}
+
 // reserve returns the runs to reserve now: those wanted (started, or picked by the look-ahead among the pending
-// ones that are not Over) and free. They are in order of job, array, task and run.
-func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead) ([]reconcile.NewReservation, []error) {
+// ones that are not Over) and free. They are in order of job, array, task and run. heirs are the likenesses of
+// started jobs whose pending like jobs take their sessions (running).
+func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead, heirs map[reconcile.Likeness]bool) ([]reconcile.NewReservation, []error) {
 	var cands []reconcile.Candidate
 	var unread []error
 	want := map[reconcile.RunID]bool{}
@@ -274,7 +296,7 @@ func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead) ([]rec
 			}
 			for _, t := range tasks {
 				if run := element(snap.Cluster, &j, t); rs.standing(run) != reconcile.Over {
-					cands = append(cands, candidate(&j, run))
+					cands = append(cands, candidate(&j, run, heirs))
 				}
 			}
 			continue
@@ -286,12 +308,12 @@ func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead) ([]rec
 		switch j.State {
 		case slurmrest.StatePending:
 			if !j.Held() {
-				cands = append(cands, candidate(&j, run))
+				cands = append(cands, candidate(&j, run, heirs))
 			}
 		case slurmrest.StateConfiguring, slurmrest.StateRunning, slurmrest.StateSuspended:
 			want[run] = true
 			if !rs.ready(run) {
-				c := candidate(&j, run)
+				c := candidate(&j, run, nil)
 				c.Started = true
 				cands = append(cands, c)
 			}
@@ -417,7 +439,8 @@ func element(cluster string, j *Job, task uint32) reconcile.RunID {
 	return reconcile.RunID{Cluster: cluster, Run: 0, ArrayJobID: j.Array.JobID, ArrayTaskID: task}
 }
 
-func candidate(j *Job, run reconcile.RunID) reconcile.Candidate {
+func candidate(j *Job, run reconcile.RunID, heirs map[reconcile.Likeness]bool) reconcile.Candidate {
 	return reconcile.Candidate{Run: run, Request: j.Request, User: j.UserName, Account: j.Account, Priority: j.Priority,
-		SubmitTime: j.SubmitTime, StateReason: j.StateReason, ExpectedStart: j.StartTime, BeginTime: j.EligibleTime}
+		SubmitTime: j.SubmitTime, StateReason: j.StateReason, ExpectedStart: j.StartTime, BeginTime: j.EligibleTime,
+		Heir: j.UserName != "" && heirs[j.Likeness()]}
 }

@@ -150,7 +150,7 @@ func TestPlanReservesWhatIsWantedAndFree(t *testing.T) {
 			jobs:    []Job{job(1, 0, slurmrest.StateRunning, 0), job(2, 0, slurmrest.StatePending, 9)},
 			records: []reconcile.Tracked{rec(run(1, 0), reconcile.StateReady, false)}, want: []string{"c/2.0"}},
 	} {
-		ch := Plan(snapshot(c.jobs...), byFinal(c.records), c.look)
+		ch := Plan(snapshot(c.jobs...), byFinal(c.records), c.look, nil)
 		require.Equal(t, c.want, created(ch), c.name)
 		for _, nr := range ch.Create {
 			require.Equal(t, request.Request{Pool: "p", GPUs: 1}, nr.Request, c.name)
@@ -164,7 +164,7 @@ func TestPlanReservesWhatIsWantedAndFree(t *testing.T) {
 // its remainder.
 func TestPlanNewReservationReason(t *testing.T) {
 	t.Parallel()
-	ch := Plan(snapshot(job(1, 0, slurmrest.StateRunning, 1), remainder("3")), Runs{}, reconcile.Lookahead{PerPool: 2})
+	ch := Plan(snapshot(job(1, 0, slurmrest.StateRunning, 1), remainder("3")), Runs{}, reconcile.Lookahead{PerPool: 2}, nil)
 	require.Len(t, ch.Create, 2)
 	require.Equal(t, elem(3), ch.Create[0].Run)
 	require.Equal(t, "array element 40_3 PENDING: reserving 1 GPU from pool p", ch.Create[0].Reason)
@@ -181,7 +181,7 @@ func TestPlanNewReservationNeedsNoSecondWrite(t *testing.T) {
 	j2 := snap.Jobs[2]
 	j2.StateReason = "None"
 	snap.Jobs[2] = j2
-	ch := Plan(snap, Runs{}, reconcile.Lookahead{PerPool: 2})
+	ch := Plan(snap, Runs{}, reconcile.Lookahead{PerPool: 2}, nil)
 	require.Len(t, ch.Create, 2)
 	var open []reconcile.Tracked
 	for _, nr := range ch.Create {
@@ -189,7 +189,7 @@ func TestPlanNewReservationNeedsNoSecondWrite(t *testing.T) {
 			JobState: nr.JobState, JobReason: nr.JobReason})
 	}
 	require.Equal(t, []string{"Priority", "None"}, []string{open[0].JobReason, open[1].JobReason})
-	for _, o := range Plan(snap, Runs{Open: open}, reconcile.Lookahead{PerPool: 2}).Observe {
+	for _, o := range Plan(snap, Runs{Open: open}, reconcile.Lookahead{PerPool: 2}, nil).Observe {
 		require.False(t, o.Record, "job %d: %+v", o.Run.JobID, o)
 	}
 }
@@ -249,7 +249,7 @@ func TestPlanObservesOpenRuns(t *testing.T) {
 			snap.Read = c.read
 		}
 		c.open.ID = uuid.New()
-		ch := Plan(snap, Runs{Open: []reconcile.Tracked{c.open}}, reconcile.Lookahead{})
+		ch := Plan(snap, Runs{Open: []reconcile.Tracked{c.open}}, reconcile.Lookahead{}, nil)
 		if c.quiet {
 			require.Empty(t, ch.Observe, c.name)
 			continue
@@ -274,7 +274,7 @@ func TestPlanBindsElementsAndTracksBoundRuns(t *testing.T) {
 	requeued := split(42, 1, slurmrest.StatePending)
 	requeued.Run = 1 // not the run reserved ahead
 	ch := Plan(snapshot(remainder("2-5"), split(41, 0, slurmrest.StateRunning), requeued, job(7, 0, slurmrest.StateRunning, 1)),
-		Runs{Open: open}, reconcile.Lookahead{})
+		Runs{Open: open}, reconcile.Lookahead{}, nil)
 	require.Equal(t, []Bind{{ID: open[0].ID, Run: elem(0).Bound(41)}}, ch.Bind)
 	require.Equal(t, []reconcile.RunID{elem(0).Bound(41), run(7, 0)}, ch.Track)
 	require.Equal(t, elem(0), open[0].Run, "the caller's reservations are not changed")
@@ -292,7 +292,7 @@ func TestMissing(t *testing.T) {
 // An array whose pending elements cannot be read reserves none of them, and says so.
 func TestPlanReportsUnreadArrays(t *testing.T) {
 	t.Parallel()
-	ch := Plan(snapshot(remainder("x-y"), job(1, 0, slurmrest.StateRunning, 1)), Runs{}, reconcile.Lookahead{PerPool: 2})
+	ch := Plan(snapshot(remainder("x-y"), job(1, 0, slurmrest.StateRunning, 1)), Runs{}, reconcile.Lookahead{PerPool: 2}, nil)
 	require.Equal(t, []string{"c/1.0"}, created(ch))
 	require.Len(t, ch.Unread, 1)
 	require.Contains(t, fmt.Sprint(ch.Unread[0]), "array 40")
@@ -325,7 +325,7 @@ func TestPlanRecordsSlurmsTimes(t *testing.T) {
 		{"an element reserved ahead", timed(remainder("1-3")), rec(elem(1), reconcile.StateReady, false), false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ch := Plan(snapshot(c.job), byFinal([]reconcile.Tracked{c.rec}), reconcile.Lookahead{})
+			ch := Plan(snapshot(c.job), byFinal([]reconcile.Tracked{c.rec}), reconcile.Lookahead{}, nil)
 			want := Times{ID: c.rec.ID}
 			if c.start {
 				want.Start = start
@@ -340,4 +340,36 @@ func TestPlanRecordsSlurmsTimes(t *testing.T) {
 			require.Equal(t, []Times{want}, ch.Times)
 		})
 	}
+}
+
+// In a pool with hand-off on, a pending job alike to one Slurm started (same user, account and request) takes that
+// run's session when it ends: it is not reserved ahead. Another user's, another account's or another request's job
+// is, and so is every job in a pool without hand-off, or where the like job has ended.
+func TestPlanLeavesHeirsToTheirHandoff(t *testing.T) {
+	t.Parallel()
+	look := reconcile.Lookahead{PerPool: 8}
+	other := func(j Job, f func(*Job)) Job { f(&j); return j }
+	jobs := []Job{
+		job(1, 0, slurmrest.StateRunning, 9),
+		job(2, 0, slurmrest.StatePending, 5),
+		remainder("0-3"),
+		other(job(3, 0, slurmrest.StatePending, 5), func(j *Job) { j.UserName = "bob" }),
+		other(job(4, 0, slurmrest.StatePending, 5), func(j *Job) { j.Account = "other" }),
+		other(job(5, 0, slurmrest.StatePending, 5), func(j *Job) { j.Request.GPUs = 2 }),
+		other(job(6, 0, slurmrest.StatePending, 5), func(j *Job) { j.Request.Pool = "q" }),
+	}
+	records := []reconcile.Tracked{rec(run(1, 0), reconcile.StateReady, false)}
+	on := func(pool string) bool { return pool == "p" }
+	require.Equal(t, []string{"c/3.0", "c/4.0", "c/5.0", "c/6.0"}, created(Plan(snapshot(jobs...), byFinal(records), look, on)))
+
+	all := []string{"c/2.0", "c/3.0", "c/4.0", "c/40_0.0", "c/40_1.0", "c/40_2.0", "c/40_3.0", "c/5.0", "c/6.0"}
+	require.Equal(t, all, created(Plan(snapshot(jobs...), byFinal(records), look, nil)), "no pool hands on")
+	require.Equal(t, all, created(Plan(snapshot(jobs...), byFinal(records), look, func(string) bool { return false })))
+
+	jobs[0] = job(1, 0, slurmrest.StateCompleting, 9)
+	require.Equal(t, all, created(Plan(snapshot(jobs...), byFinal(records), look, on)), "the like job ended: nothing to take")
+
+	jobs[0] = job(1, 0, slurmrest.StateConfiguring, 9)
+	require.Equal(t, []string{"c/1.0", "c/3.0", "c/4.0", "c/5.0", "c/6.0"}, created(Plan(snapshot(jobs...), Runs{}, look, on)),
+		"a like job started, its session not asked for yet: it is reserved, its heirs are not")
 }
