@@ -268,6 +268,16 @@ func TestReportChargesWhatSacctShows(t *testing.T) {
 		sacctSeconds += float64(n * elapsed)
 	}
 
+	// sreport's job report (from the job table, not the hourly rollup the cluster reports wait for) charges the same,
+	// where it reports the current hour at all.
+	if secs, window, ok := sreportSeconds(t, since, jobs); ok {
+		require.Equal(t, sacctSeconds, secs, "sacct against sreport (%s)", window)
+	} else {
+		require.True(t, strings.HasPrefix(world.env.Release(), "24.11"),
+			"only sreport of 24.11 is known to end its window before the current hour: %s, window %s", world.env.Release(), window)
+		t.Logf("Slurm %s: sreport's job report ends at the last full hour (%s): compared with sacct only", world.env.Release(), window)
+	}
+
 	// The poller records each run's end once it sees the job ended (often after the epilog released the run).
 	s := openStore(t)
 	ids := make([]int64, len(jobs))
@@ -359,4 +369,57 @@ func TestBurstOnAFullPoolNeverRequeues(t *testing.T) {
 			require.NotEqual(t, reconcile.StateFailed, r.Status.State, "job %d: %s", id, r.Status.FailReason)
 		}
 	}
+}
+
+// sreportSeconds is what sreport's job report charged pool test's license for jobs, submitted since: its
+// TRES-seconds summed over the job-size columns (those columns group by CPUs; every job here has one). ok is false
+// when sreport's window ends before the jobs ran: sreport of 24.11 ends a job report that starts in an earlier hour
+// at the last full hour, whatever end= says (seen on the chroot bed at 03:16: start=02:00 gave 02:00-02:59:59, and
+// start=03:00 a minute later 03:00-03:59:59); 22.05 and 26.05 end it at the end of the current hour. So on 24.11 a
+// test that began in the hour before is compared with sacct only.
+//
+// sreport of 22.05 (seen on the host bed) leaves the last id of a Jobs= list of two or more out, and a list of one
+// out altogether (the report then covers every job): the list ends with its first id again, which is harmless where
+// sreport reads the whole list.
+func sreportSeconds(t *testing.T, since time.Time, jobs []uint32) (seconds float64, window string, ok bool) {
+	t.Helper()
+	ids := make([]string, 0, len(jobs)+1)
+	for _, j := range append(jobs, jobs[0]) {
+		ids = append(ids, strconv.Itoa(int(j)))
+	}
+	const layout = "2006-01-02T15:04:05"
+	out, code := slurm(t, 30*time.Second, "sreport", "-P", "-t", "seconds", "-T", "license/juice_test@juice",
+		"job", "SizesByAccount", "start="+since.UTC().Truncate(time.Hour).Format(layout),
+		"end="+time.Now().UTC().Add(time.Hour).Format(layout), "jobs="+strings.Join(ids, ","))
+	require.Equal(t, 0, code, out)
+	m := regexp.MustCompile(`Job Sizes (\S+) - (\S+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, "sreport's window: %s", out)
+	end, err := time.ParseInLocation(layout, m[2], time.UTC)
+	require.NoError(t, err, out)
+	if end.Before(time.Now().UTC().Truncate(time.Second).Add(-time.Second)) { // the jobs ended moments ago
+		return 0, m[1] + " - " + m[2], false
+	}
+	var head []string
+	rows := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Split(line, "|")
+		switch {
+		case len(f) < 3:
+		case f[0] == "Cluster":
+			head = f
+		default:
+			require.Len(t, f, len(head), "a row as long as the header: %s", out)
+			rows++
+			for i, v := range f {
+				if !strings.HasSuffix(head[i], " TRES") { // the size groups; not Total nor % of cluster
+					continue
+				}
+				n, err := strconv.ParseFloat(v, 64)
+				require.NoError(t, err, out)
+				seconds += n
+			}
+		}
+	}
+	require.Equal(t, 1, rows, "one account's row: %s", out)
+	return seconds, m[1] + " - " + m[2], true
 }
