@@ -70,13 +70,24 @@ func (r *Reservation) Likeness() (l Likeness, ok bool) {
 
 // MayTake reports whether taker may take giver's session: the one decision of who may receive a session, which the
 // store's queries (HandoffTaker, HandoffLingers) only narrow down to. giver has ended (releasing, not failed, its
-// session active when it was ready) and taker waits for a session and has asked for none: pending and wanted. Both
-// alike, and not the same run.
+// session active when it was ready) and taker is wanted and waits for a session: either it has asked for none
+// (pending), or Slurm started its job and it waits with a session of its own queued at the Juice Controller
+// (waitsQueued). Both alike, and not the same run.
 func MayTake(giver, taker *Reservation) bool {
 	gl, ok := giver.Likeness()
 	tl, ok2 := taker.Likeness()
-	return ok && ok2 && gl == tl && giver.ID != taker.ID && giver.Run != taker.Run &&
-		mayGive(giver) && taker.Status.State == StatePending && taker.Spec.Wanted
+	return ok && ok2 && gl == tl && giver.ID != taker.ID && giver.Run != taker.Run && mayGive(giver) &&
+		taker.Spec.Wanted && (taker.Status.State == StatePending || waitsQueued(taker))
+}
+
+// waitsQueued reports whether r is a started run waiting for the session it asked for, which is the only one its key
+// names: it may take a like run's session instead, its own then cancelled (handOver). Without this a user's burst
+// on a full pool switches for good to every job asking for its own session once one job's prolog came before the
+// end of the job whose license it got: every ended session was then cancelled for the runs that waited in the Juice
+// queue. A run reserved ahead whose job has not started is not one: the session would wait on a job Slurm holds.
+func waitsQueued(r *Reservation) bool {
+	s := r.Status
+	return s.State == StateWaiting && Started(r.Spec.JobState) && s.SessionID != "" && !s.MaybeOrphans
 }
 
 // AdminReleased is the reason juice-slurm release records: an administrator wants the run's session cancelled and
@@ -113,7 +124,10 @@ func (rc *Reconciler) passOn(ctx context.Context, log logr.Logger, r *Reservatio
 	taker, err := rc.Store.HandoffTaker(ctx, r)
 	switch {
 	case err == nil && MayTake(r, &taker):
-		return Result{}, false, rc.handOver(ctx, log, r, &taker)
+		handed, err := rc.handOver(ctx, log, r, &taker)
+		if handed || err != nil {
+			return Result{}, false, err
+		}
 	case err != nil && !errors.Is(err, ErrNotFound):
 		return Result{}, true, fmt.Errorf("look for a run to hand session %s to: %w", r.Status.SessionID, err)
 	}
@@ -155,40 +169,65 @@ func (rc *Reconciler) awaitHandoff(ctx context.Context, r *Reservation) (Result,
 }
 
 // handOver passes giver's session to taker: its file opened as sealed for giver and sealed again for taker, both
-// moves written in one transaction. A file that cannot be opened (a key rotated twice since) is not handed on:
-// giver cancels its session as without hand-off.
-func (rc *Reconciler) handOver(ctx context.Context, log logr.Logger, giver, taker *Reservation) error {
+// moves written in one transaction; handed is false when it did not (then giver lets its session go as without
+// hand-off). A file that cannot be opened (a key rotated twice since) is not handed on.
+//
+// A taker that waits with a session of its own (waitsQueued) takes giver's only while that one is still queued: one
+// placed on an agent serves it shortly. Its own is cancelled once the transaction committed, so that the run never
+// ends up without a session; should the cancel fail (its agent was given it since, or the Juice Controller cannot
+// be reached), the session's key names a run that holds another session, and the sweep cancels it as an orphan.
+func (rc *Reconciler) handOver(ctx context.Context, log logr.Logger, giver, taker *Reservation) (handed bool, err error) {
+	own := ""
+	if taker.Status.State == StateWaiting {
+		own = taker.Status.SessionID
+		s, err := rc.Juice.GetSession(ctx, own, taker.Request)
+		if err != nil && !errors.Is(err, ErrNoSession) {
+			return false, fmt.Errorf("read the queued session %s of reservation %s: %w", own, taker.ID, err)
+		}
+		if err == nil && s.Phase != SessionQueued {
+			return false, nil
+		}
+	}
 	sealed, err := rc.resealFor(ctx, giver, taker)
 	if err != nil {
 		log.Error(err, "the session cannot be handed on; it is cancelled", "to", taker.ID)
-		return nil
+		return false, nil
 	}
 	sid := giver.Status.SessionID
 	tg, err := Apply(giver, EventHanded, fmt.Sprintf("session %s handed to job %d (run %d, reservation %s), not cancelled",
 		sid, taker.Run.JobID, taker.Run.Run, taker.ID), rc.now())
 	if err != nil {
-		return err
+		return false, err
 	}
-	tt, err := Apply(taker, EventTaken, fmt.Sprintf("session %s of job %d (run %d, reservation %s) handed over on agent %s, sealed for this run",
-		sid, giver.Run.JobID, giver.Run.Run, giver.ID, giver.Status.AgentAddress), rc.now())
+	why := fmt.Sprintf("session %s of job %d (run %d, reservation %s) handed over on agent %s, sealed for this run",
+		sid, giver.Run.JobID, giver.Run.Run, giver.ID, giver.Status.AgentAddress)
+	if own != "" {
+		why += "; its own session " + own + ", still queued, is cancelled"
+	}
+	tt, err := Apply(taker, EventTaken, why, rc.now())
 	if err != nil {
-		return err
+		return false, err
 	}
 	t := &taker.Status
 	t.SessionID, t.AgentAddress, t.ReadyAt = sid, giver.Status.AgentAddress, rc.now()
 	t.Sealed, t.SealedJobID = sealed, taker.Run.JobID
 	if err := rc.Store.HandOver(ctx, giver, taker, append(rc.takeHeld(giver.ID), tg), tt); err != nil {
-		return fmt.Errorf("hand session %s to reservation %s: %w", sid, taker.ID, err)
+		return false, fmt.Errorf("hand session %s to reservation %s: %w", sid, taker.ID, err)
 	}
 	log.Info("reservation moved", "from", tg.From, "to", tg.To, "reason", tg.Reason)
 	log.Info("session handed on", "session", sid, "toJob", taker.Run.JobID, "toRun", taker.Run.Run, "to", taker.ID)
+	if own != "" {
+		if err := rc.Juice.CancelSession(ctx, own); err != nil && !errors.Is(err, ErrNoSession) {
+			log.Error(err, "the taker's own queued session is left to the sweep", "session", own, "reservation", taker.ID)
+		}
+	}
 	if rc.OnReady != nil {
 		rc.OnReady(taker)
 	}
 	if rc.OnHandoff != nil {
 		rc.OnHandoff(giver, taker)
 	}
-	return nil
+	return true, nil
 }
 
 // resealFor opens giver's session file, as sealed for giver's job, and seals what it carries for taker's run.

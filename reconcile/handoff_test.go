@@ -231,15 +231,52 @@ func TestAnEndedRunsSessionWaitsNoLongerThanWait(t *testing.T) {
 
 // A like run that asked for its own session (reserved ahead) gets the GPUs from the Juice Controller's queue once
 // the ended run's session is cancelled: the session does not wait for a run that is not coming for it.
-func TestAnEndedRunsSessionDoesNotWaitWhileALikeRunWaitsForItsOwn(t *testing.T) {
+// A like run Slurm started that waits with its own session still queued takes the ended run's session; its own is
+// cancelled after (the giver's is not). Without this, a burst whose one prolog came early went on asking for good.
+func TestAnEndedRunsSessionGoesToALikeStartedRunWaitingInTheQueue(t *testing.T) {
 	w := newHandoffWorld(t)
-	w.followers = 1
-	w.next(func(r *reconcile.Reservation) {
-		r.Status.State, r.Status.Requested, r.Status.SessionID = reconcile.StateWaiting, true, w.juice.Book(r.ID, r.Request)
+	var own string
+	taker := w.next(func(r *reconcile.Reservation) {
+		own = w.juice.Book(r.ID, r.Request)
+		r.Status.State, r.Status.Requested, r.Status.SessionID = reconcile.StateWaiting, true, own
 	})
 	assert.Zero(t, w.end().RequeueAfter)
 	assert.Equal(t, reconcile.StateReleased, w.get(w.giver.ID).Status.State)
-	assert.Equal(t, []string{w.giver.Status.SessionID}, w.juice.Calls().Cancelled)
+	got := w.get(taker.ID)
+	assert.Equal(t, reconcile.StateReady, got.Status.State)
+	assert.Equal(t, w.giver.Status.SessionID, got.Status.SessionID)
+	assert.False(t, got.Status.MaybeOrphans, "its key names no other session once its own is cancelled")
+	assert.Equal(t, []string{own}, w.juice.Calls().Cancelled, "its own queued session, not the one handed on")
+	assert.Equal(t, []string{"waiting>ready:taken"}, w.history(taker.ID))
+	assert.Contains(t, got.Status.Reason, "its own session "+own+", still queued, is cancelled")
+}
+
+// A like run whose own session an agent was given already is served by it shortly: it takes nothing, and with a like
+// run waiting for its own session the ended run's does not wait either. Nor does one whose job Slurm has not started
+// (reserved ahead): the GPUs would wait on a job Slurm holds.
+func TestAnEndedRunsSessionIsNotHandedToARunItsOwnServes(t *testing.T) {
+	for name, with := range map[string]func(w *handoffWorld, r *reconcile.Reservation){
+		"its own placed": func(w *handoffWorld, r *reconcile.Reservation) {
+			r.Status.SessionID = w.juice.Book(r.ID, r.Request)
+			w.juice.Place(r.Status.SessionID, "a1")
+		},
+		"its job pending": func(w *handoffWorld, r *reconcile.Reservation) {
+			r.Status.SessionID, r.Spec.JobState = w.juice.Book(r.ID, r.Request), "PENDING"
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newHandoffWorld(t)
+			w.followers = 1
+			taker := w.next(func(r *reconcile.Reservation) {
+				r.Status.State, r.Status.Requested = reconcile.StateWaiting, true
+				with(w, r)
+			})
+			assert.Zero(t, w.end().RequeueAfter)
+			assert.Equal(t, reconcile.StateReleased, w.get(w.giver.ID).Status.State)
+			assert.Equal(t, reconcile.StateWaiting, w.get(taker.ID).Status.State)
+			assert.Equal(t, []string{w.giver.Status.SessionID}, w.juice.Calls().Cancelled)
+		})
+	}
 }
 
 func TestAnEndedRunWithoutFollowersCancelsAtOnce(t *testing.T) {
@@ -292,25 +329,35 @@ func TestMayTake(t *testing.T) {
 	}
 	g, tk := giver(), taker()
 	require.True(t, reconcile.MayTake(&g, &tk))
+	// A started run waiting with its own session queued.
+	queued := func(t *reconcile.Reservation) {
+		t.Status.State, t.Status.SessionID, t.Status.Requested, t.Spec.JobState = reconcile.StateWaiting, "s2", true, "RUNNING"
+	}
+	tk = taker()
+	queued(&tk)
+	require.True(t, reconcile.MayTake(&g, &tk))
 	for name, change := range map[string]func(g, t *reconcile.Reservation){
-		"another user":         func(_, t *reconcile.Reservation) { t.UserName = "bob" },
-		"another account":      func(_, t *reconcile.Reservation) { t.Account = "chem" },
-		"another pool":         func(_, t *reconcile.Reservation) { t.Request.Pool = "other" },
-		"other GPUs":           func(_, t *reconcile.Reservation) { t.Request.GPUs = 1 },
-		"a VRAM slice":         func(_, t *reconcile.Reservation) { t.Request.VRAM = 1 << 30 },
-		"no user named":        func(g, t *reconcile.Reservation) { g.UserName, t.UserName = "", "" },
-		"the same run":         func(g, t *reconcile.Reservation) { t.Run = g.Run },
-		"the same reservation": func(g, t *reconcile.Reservation) { t.ID = g.ID },
-		"a taker not wanted":   func(_, t *reconcile.Reservation) { t.Spec.Wanted = false },
-		"a taker that asked":   func(_, t *reconcile.Reservation) { t.Status.State = reconcile.StateRequesting },
-		"a taker ready":        func(_, t *reconcile.Reservation) { t.Status.State = reconcile.StateReady },
-		"a giver not over":     func(g, _ *reconcile.Reservation) { g.Spec.RunOver = false },
-		"a giver failed":       func(g, _ *reconcile.Reservation) { g.Status.FailReason = "lost" },
-		"a giver never ready":  func(g, _ *reconcile.Reservation) { g.Status.ReadyAt = time.Time{} },
-		"a giver still ready":  func(g, _ *reconcile.Reservation) { g.Status.State = reconcile.StateReady },
-		"a giver with orphans": func(g, _ *reconcile.Reservation) { g.Status.MaybeOrphans = true },
-		"a giver sessionless":  func(g, _ *reconcile.Reservation) { g.Status.SessionID = "" },
-		"an admin's release":   func(g, _ *reconcile.Reservation) { g.Spec.WantReason = reconcile.AdminReleased },
+		"a waiting taker not started":  func(_, t *reconcile.Reservation) { queued(t); t.Spec.JobState = "PENDING" },
+		"a waiting taker with orphans": func(_, t *reconcile.Reservation) { queued(t); t.Status.MaybeOrphans = true },
+		"a waiting taker sessionless":  func(_, t *reconcile.Reservation) { queued(t); t.Status.SessionID = "" },
+		"another user":                 func(_, t *reconcile.Reservation) { t.UserName = "bob" },
+		"another account":              func(_, t *reconcile.Reservation) { t.Account = "chem" },
+		"another pool":                 func(_, t *reconcile.Reservation) { t.Request.Pool = "other" },
+		"other GPUs":                   func(_, t *reconcile.Reservation) { t.Request.GPUs = 1 },
+		"a VRAM slice":                 func(_, t *reconcile.Reservation) { t.Request.VRAM = 1 << 30 },
+		"no user named":                func(g, t *reconcile.Reservation) { g.UserName, t.UserName = "", "" },
+		"the same run":                 func(g, t *reconcile.Reservation) { t.Run = g.Run },
+		"the same reservation":         func(g, t *reconcile.Reservation) { t.ID = g.ID },
+		"a taker not wanted":           func(_, t *reconcile.Reservation) { t.Spec.Wanted = false },
+		"a taker that asked":           func(_, t *reconcile.Reservation) { t.Status.State = reconcile.StateRequesting },
+		"a taker ready":                func(_, t *reconcile.Reservation) { t.Status.State = reconcile.StateReady },
+		"a giver not over":             func(g, _ *reconcile.Reservation) { g.Spec.RunOver = false },
+		"a giver failed":               func(g, _ *reconcile.Reservation) { g.Status.FailReason = "lost" },
+		"a giver never ready":          func(g, _ *reconcile.Reservation) { g.Status.ReadyAt = time.Time{} },
+		"a giver still ready":          func(g, _ *reconcile.Reservation) { g.Status.State = reconcile.StateReady },
+		"a giver with orphans":         func(g, _ *reconcile.Reservation) { g.Status.MaybeOrphans = true },
+		"a giver sessionless":          func(g, _ *reconcile.Reservation) { g.Status.SessionID = "" },
+		"an admin's release":           func(g, _ *reconcile.Reservation) { g.Spec.WantReason = reconcile.AdminReleased },
 	} {
 		g, tk := giver(), taker()
 		change(&g, &tk)

@@ -26,8 +26,9 @@ type Store interface {
 	// HeldGPUs counts the GPUs user holds or is getting in pool: those of its reservations that were asked of
 	// the Juice Controller and are not released yet (requesting, waiting, ready, releasing).
 	HeldGPUs(ctx context.Context, pool, user string) (int, error)
-	// HandoffTaker returns the reservation that from's session may pass to (MayTake): a wanted, pending reservation
-	// alike to from, a started run's first, then the oldest; ErrNotFound when none.
+	// HandoffTaker returns the reservation that from's session may pass to (MayTake): a wanted reservation alike to
+	// from, pending or a started run's waiting with its own session queued; a started run's first, then the oldest;
+	// ErrNotFound when none.
 	HandoffTaker(ctx context.Context, from *Reservation) (Reservation, error)
 	// HandoffLingers reports whether a reservation alike to to holds a session it may pass on, its run over and not
 	// failed: releasing from ready since less than within ago, or still ready (its run's end not taken up yet). One

@@ -92,6 +92,7 @@ var next = map[State]map[Event]State{
 	StateWaiting: {
 		EventQueued:   StateWaiting,
 		EventActive:   StateReady,
+		EventTaken:    StateReady, // a like run's session instead of its own queued one (handoff.go)
 		EventUnwanted: StateReleasing,
 		EventFail:     StateReleasing,
 		EventClosed:   StateReleasing,

@@ -76,7 +76,7 @@ func TestStateMachineRefusesIllegalEvents(t *testing.T) {
 			require.Equal(t, s, r.Status.State)
 		}
 	}
-	require.Equal(t, 19, allowed)
+	require.Equal(t, 20, allowed)
 	for _, s := range []State{StateReleased, StateFailed} {
 		require.Empty(t, next[s])
 	}

@@ -183,18 +183,19 @@ func (s *Store) YieldPool(_ context.Context, pool, why string) (int, error) {
 	return n, nil
 }
 
-// HandoffTaker implements reconcile.Store as the store does: a wanted, pending reservation alike to from, a
-// started run's first, then the oldest.
+// HandoffTaker implements reconcile.Store as the store does: a wanted reservation alike to from, pending or a
+// started run's waiting with its own session queued; a started run's first, then the oldest.
 func (s *Store) HandoffTaker(_ context.Context, from *reconcile.Reservation) (reconcile.Reservation, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var best *reconcile.Reservation
 	for _, w := range s.rows {
 		r := &w.r
-		if !alike(from, r) || r.Status.State != reconcile.StatePending || !r.Spec.Wanted {
+		started := slices.Contains(reconcile.StartedStates, r.Spec.JobState)
+		queued := r.Status.State == reconcile.StateWaiting && started && r.Status.SessionID != "" && !r.Status.MaybeOrphans
+		if !alike(from, r) || r.Status.State != reconcile.StatePending && !queued || !r.Spec.Wanted {
 			continue
 		}
-		started := slices.Contains(reconcile.StartedStates, r.Spec.JobState)
 		if best == nil || started && !slices.Contains(reconcile.StartedStates, best.Spec.JobState) ||
 			started == slices.Contains(reconcile.StartedStates, best.Spec.JobState) && r.CreatedAt.Before(best.CreatedAt) {
 			best = r

@@ -205,9 +205,12 @@ var (
 		AND wanted AND state IN ('pending', 'requesting', 'waiting'))`
 	// Session hand-off (reconcile/handoff.go): the runs alike to a run ($2 pool, $3 request, $4 user, $5 account,
 	// not $6 itself). The reconciler decides (reconcile.MayTake); these only narrow down to the rows it decides on.
-	// A taker: wanted and pending, a started run's first, then the oldest.
+	// A taker: wanted, and pending or a started run's waiting with its own session queued; a started run's first,
+	// then the oldest.
 	sqlHandoffTaker = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND request = $3
-		AND user_name = $4 AND account = $5 AND id <> $6 AND state = 'pending' AND wanted AND user_name <> ''
+		AND user_name = $4 AND account = $5 AND id <> $6 AND wanted AND user_name <> ''
+		AND (state = 'pending' OR state = 'waiting' AND job_state IN (` + sqlStrings(reconcile.StartedStates) + `)
+			AND session_id <> '' AND NOT maybe_orphans)
 		ORDER BY job_state IN (` + sqlStrings(reconcile.StartedStates) + `) DESC, created_at, id LIMIT 1`
 	// A giver: its run over (not by an administrator's release, $8) and its session ready, not failed, and releasing since less than $7 milliseconds, or
 	// still ready (the reconciler has not taken up the run's end yet).

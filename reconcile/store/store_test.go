@@ -756,6 +756,21 @@ func TestHandoffQueriesAndHandOver(t *testing.T) {
 	require.True(t, asked, "job 8 asked for a session of its own")
 	_, err = s.Unwant(ctx, askedRun.ID, "cancelled", true)
 	require.NoError(t, err)
+	// A started run waiting with its own session queued may take one too, before a run not started; one whose job
+	// has not started may not.
+	queued := add(10, "alice", "physics", 2)
+	move(t, s, &queued, reconcile.EventRequest, "asking")
+	queued.Status.SessionID = "s-10"
+	move(t, s, &queued, reconcile.EventQueued, "queued")
+	got, err = s.HandoffTaker(ctx, &giver)
+	require.NoError(t, err)
+	require.Equal(t, pending.ID, got.ID, "job 10 waits in the queue, but its job has not started")
+	require.NoError(t, s.ObserveJob(ctx, queued.ID, "RUNNING", "None"))
+	got, err = s.HandoffTaker(ctx, &giver)
+	require.NoError(t, err)
+	require.Equal(t, queued.ID, got.ID, "a started run waiting with its own session queued")
+	_, err = s.Unwant(ctx, queued.ID, "cancelled", true)
+	require.NoError(t, err)
 
 	lingers, err := s.HandoffLingers(ctx, &pending, time.Minute)
 	require.NoError(t, err)

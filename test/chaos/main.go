@@ -672,13 +672,21 @@ func legacyAlive() []string {
 	return problems
 }
 
-// atOnce is the most sessions one run held at once: a reservation's own sessions (two under one key are a booking
+// atOnce is the most sessions one run held at once: a reservation's own sessions that held GPUs (two under one key are a booking
 // doubled by a lost answer), and those of reservations of the run that overlapped. A reservation let go without
 // ending its run (a held job, or one that yielded its pool to a started job) is released before the run's next
 // one is made: their sessions follow each other and are not counted together.
 func atOnce(list []reconcile.Reservation, sessionsByKey map[string][]juiceapi.Session) int {
 	most := 0
-	held := func(r reconcile.Reservation) int { return len(sessionsByKey[r.ID.String()]) + taken(r, sessionsByKey) }
+	held := func(r reconcile.Reservation) int {
+		n := taken(r, sessionsByKey)
+		for _, s := range sessionsByKey[r.ID.String()] {
+			if heldGPUs(s) {
+				n++
+			}
+		}
+		return n
+	}
 	for i, a := range list {
 		n := held(a)
 		for j, b := range list {
@@ -696,6 +704,11 @@ func atOnce(list []reconcile.Reservation, sessionsByKey map[string][]juiceapi.Se
 	}
 	return most
 }
+
+// heldGPUs reports whether a session ever held GPUs: it is live, or an agent was given it before it ended. A run
+// that takes a like run's session while its own waits in the queue has that one cancelled there (hand-off): it
+// never held a GPU, and the run held one session.
+func heldGPUs(s juiceapi.Session) bool { return !s.Ended() || s.Address != "" }
 
 // taken is 1 when r held a session its key does not name: one handed to it by the run before (hand-off), which
 // carries that run's key. A run that took one and asked for one of its own held two.

@@ -39,4 +39,13 @@ func TestAtOnce(t *testing.T) {
 
 	doubled := with(res(t0, t0.Add(time.Second), reconcile.StateReleased), 2)
 	require.Equal(t, 2, atOnce([]reconcile.Reservation{doubled}, sessions), "two under one key")
+
+	// A run that took a like run's session (hand-off) while its own waited in the queue, cancelled there: one
+	// session; had an agent been given its own before the cancel, two.
+	taker := res(t0, t0.Add(time.Second), reconcile.StateReleased)
+	taker.Status.SessionID = "handed"
+	sessions[taker.ID.String()] = []juiceapi.Session{{ID: "own", State: juiceapi.StateClosed}}
+	require.Equal(t, 1, atOnce([]reconcile.Reservation{taker}, sessions), "its own never held a GPU")
+	sessions[taker.ID.String()][0].Address = "agent:1"
+	require.Equal(t, 2, atOnce([]reconcile.Reservation{taker}, sessions), "its own held a GPU")
 }
