@@ -124,9 +124,12 @@ func (rc *Reconciler) passOn(ctx context.Context, log logr.Logger, r *Reservatio
 	taker, err := rc.Store.HandoffTaker(ctx, r)
 	switch {
 	case err == nil && MayTake(r, &taker):
-		handed, err := rc.handOver(ctx, log, r, &taker)
-		if handed || err != nil {
-			return Result{}, false, err
+		served, err := rc.servedByOwn(ctx, &taker)
+		if err != nil {
+			return Result{}, true, err
+		}
+		if !served {
+			return Result{}, false, rc.handOver(ctx, log, r, &taker)
 		}
 	case err != nil && !errors.Is(err, ErrNotFound):
 		return Result{}, true, fmt.Errorf("look for a run to hand session %s to: %w", r.Status.SessionID, err)
@@ -168,36 +171,45 @@ func (rc *Reconciler) awaitHandoff(ctx context.Context, r *Reservation) (Result,
 	return Result{}, false, nil
 }
 
+// servedByOwn reports whether taker waits for a session of its own that an agent was given already: it is served
+// shortly, and takes nothing (a run whose own is still queued takes a like run's, see waitsQueued).
+func (rc *Reconciler) servedByOwn(ctx context.Context, taker *Reservation) (bool, error) {
+	if taker.Status.State != StateWaiting {
+		return false, nil
+	}
+	s, err := rc.Juice.GetSession(ctx, taker.Status.SessionID, taker.Request)
+	switch {
+	case errors.Is(err, ErrNoSession):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the queued session %s of reservation %s: %w", taker.Status.SessionID, taker.ID, err)
+	}
+	return s.Phase != SessionQueued, nil
+}
+
 // handOver passes giver's session to taker: its file opened as sealed for giver and sealed again for taker, both
-// moves written in one transaction; handed is false when it did not (then giver lets its session go as without
-// hand-off). A file that cannot be opened (a key rotated twice since) is not handed on.
+// moves written in one transaction. A file that cannot be opened (a key rotated twice since) is not handed on:
+// giver cancels its session as without hand-off.
 //
-// A taker that waits with a session of its own (waitsQueued) takes giver's only while that one is still queued: one
-// placed on an agent serves it shortly. Its own is cancelled once the transaction committed, so that the run never
-// ends up without a session; should the cancel fail (its agent was given it since, or the Juice Controller cannot
-// be reached), the session's key names a run that holds another session, and the sweep cancels it as an orphan.
-func (rc *Reconciler) handOver(ctx context.Context, log logr.Logger, giver, taker *Reservation) (handed bool, err error) {
+// A taker that waits with a session of its own still queued (waitsQueued, and not servedByOwn) has that one
+// cancelled once the transaction committed, so that the run never ends up without a session; should the cancel
+// fail (its agent was given it since, or the Juice Controller cannot be reached), the session's key names a run that
+// holds another session, and the sweep cancels it as an orphan.
+func (rc *Reconciler) handOver(ctx context.Context, log logr.Logger, giver, taker *Reservation) error {
 	own := ""
 	if taker.Status.State == StateWaiting {
 		own = taker.Status.SessionID
-		s, err := rc.Juice.GetSession(ctx, own, taker.Request)
-		if err != nil && !errors.Is(err, ErrNoSession) {
-			return false, fmt.Errorf("read the queued session %s of reservation %s: %w", own, taker.ID, err)
-		}
-		if err == nil && s.Phase != SessionQueued {
-			return false, nil
-		}
 	}
 	sealed, err := rc.resealFor(ctx, giver, taker)
 	if err != nil {
 		log.Error(err, "the session cannot be handed on; it is cancelled", "to", taker.ID)
-		return false, nil
+		return nil
 	}
 	sid := giver.Status.SessionID
 	tg, err := Apply(giver, EventHanded, fmt.Sprintf("session %s handed to job %d (run %d, reservation %s), not cancelled",
 		sid, taker.Run.JobID, taker.Run.Run, taker.ID), rc.now())
 	if err != nil {
-		return false, err
+		return err
 	}
 	why := fmt.Sprintf("session %s of job %d (run %d, reservation %s) handed over on agent %s, sealed for this run",
 		sid, giver.Run.JobID, giver.Run.Run, giver.ID, giver.Status.AgentAddress)
@@ -206,13 +218,13 @@ func (rc *Reconciler) handOver(ctx context.Context, log logr.Logger, giver, take
 	}
 	tt, err := Apply(taker, EventTaken, why, rc.now())
 	if err != nil {
-		return false, err
+		return err
 	}
 	t := &taker.Status
 	t.SessionID, t.AgentAddress, t.ReadyAt = sid, giver.Status.AgentAddress, rc.now()
 	t.Sealed, t.SealedJobID = sealed, taker.Run.JobID
 	if err := rc.Store.HandOver(ctx, giver, taker, append(rc.takeHeld(giver.ID), tg), tt); err != nil {
-		return false, fmt.Errorf("hand session %s to reservation %s: %w", sid, taker.ID, err)
+		return fmt.Errorf("hand session %s to reservation %s: %w", sid, taker.ID, err)
 	}
 	log.Info("reservation moved", "from", tg.From, "to", tg.To, "reason", tg.Reason)
 	log.Info("session handed on", "session", sid, "toJob", taker.Run.JobID, "toRun", taker.Run.Run, "to", taker.ID)
@@ -227,7 +239,7 @@ func (rc *Reconciler) handOver(ctx context.Context, log logr.Logger, giver, take
 	if rc.OnHandoff != nil {
 		rc.OnHandoff(giver, taker)
 	}
-	return true, nil
+	return nil
 }
 
 // resealFor opens giver's session file, as sealed for giver's job, and seals what it carries for taker's run.

@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -363,4 +364,18 @@ func TestMayTake(t *testing.T) {
 		change(&g, &tk)
 		assert.False(t, reconcile.MayTake(&g, &tk), name)
 	}
+}
+
+// A session whose file no key can open any more (the cluster key rotated twice since) is not handed on, and is
+// cancelled at once even with a follower pending: waiting for one could not change that.
+func TestASessionThatCannotBeResealedIsCancelledAtOnce(t *testing.T) {
+	w := newHandoffWorld(t)
+	w.followers = 1
+	taker := w.next()
+	other := bytes.Repeat([]byte{7}, len(clusterKey))
+	w.rc.Key = session.StaticKey(other)
+	assert.Zero(t, w.end().RequeueAfter)
+	assert.Equal(t, reconcile.StateReleased, w.get(w.giver.ID).Status.State)
+	assert.Equal(t, []string{w.giver.Status.SessionID}, w.juice.Calls().Cancelled)
+	assert.Equal(t, reconcile.StatePending, w.get(taker.ID).Status.State)
 }
