@@ -33,6 +33,17 @@ func handoffPool(t *testing.T, jobs ...slurmrest.Job) (*harness, *Controller) {
 	return h, c
 }
 
+// endAndStartNext has job 42 end (its epilog) and Slurm start job 43, whose prolog must find its session ready.
+func endAndStartNext(t *testing.T, h *harness, c *Controller) {
+	t.Helper()
+	h.slurm.Set(fakeslurm.JuiceJob(42, 0, slurmrest.StateCompleted, handoffReq), fakeslurm.JuiceJob(43, 0, slurmrest.StateConfiguring, handoffReq))
+	code, out := post(t, c, "/v1/epilog", hookSecret, hookapi.EpilogRequest{Cluster: "c1", JobID: 42, WaitSeconds: 10})
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	code, out = post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "c1", JobID: 43, WaitSeconds: 10})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, hookapi.OutcomeReady, out["outcome"], "%v", out)
+}
+
 // With hand-off on, a job that ends while the same user's like job waits for the pool's license passes its session
 // to that job as it starts: one session for both, never cancelled in between, and the sweep leaves it alone; the
 // second job's end, with nobody after it, cancels it. The look-ahead leaves the like job to its hand-off.
@@ -55,13 +66,7 @@ func TestAHandedSessionServesTheNextLikeJob(t *testing.T) {
 	eventually(t, 10*time.Second, "a poll that sees job 43 pending", func() bool { return h.slurm.Lists() >= lists+2 })
 
 	// Job 42 ends; Slurm starts job 43 with the license it gave back.
-	done := fakeslurm.JuiceJob(42, 0, slurmrest.StateCompleted, handoffReq)
-	h.slurm.Set(done, fakeslurm.JuiceJob(43, 0, slurmrest.StateConfiguring, handoffReq))
-	code, out = post(t, c, "/v1/epilog", hookSecret, hookapi.EpilogRequest{Cluster: "c1", JobID: 42, WaitSeconds: 10})
-	require.Equal(t, http.StatusOK, code, "%v", out)
-	code, out = post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "c1", JobID: 43, WaitSeconds: 10})
-	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, hookapi.OutcomeReady, out["outcome"], "%v", out)
+	endAndStartNext(t, h, c)
 
 	second, err := h.store.ForRun(ctx, reconcile.RunID{Cluster: "c1", JobID: 43})
 	require.NoError(t, err)
@@ -112,12 +117,7 @@ func TestAHandedSessionServesALikeJobWaitingInTheQueue(t *testing.T) {
 		return err == nil && r.Status.State == reconcile.StateWaiting && own != "" && r.Spec.JobState == "CONFIGURING"
 	})
 
-	h.slurm.Set(fakeslurm.JuiceJob(42, 0, slurmrest.StateCompleted, handoffReq), fakeslurm.JuiceJob(43, 0, slurmrest.StateConfiguring, handoffReq))
-	code, out = post(t, c, "/v1/epilog", hookSecret, hookapi.EpilogRequest{Cluster: "c1", JobID: 42, WaitSeconds: 10})
-	require.Equal(t, http.StatusOK, code, "%v", out)
-	code, out = post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "c1", JobID: 43, WaitSeconds: 10})
-	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, hookapi.OutcomeReady, out["outcome"], "%v", out)
+	endAndStartNext(t, h, c)
 	second, err := h.store.ForRun(ctx, reconcile.RunID{Cluster: "c1", JobID: 43})
 	require.NoError(t, err)
 	require.Equal(t, first.Status.SessionID, second.Status.SessionID, "job 43 runs on job 42's session")

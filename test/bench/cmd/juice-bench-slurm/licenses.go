@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/juice-slurm/juice-slurm/controller/licenses"
+	"github.com/juice-slurm/juice-slurm/reconcile/request"
 	"github.com/juice-slurm/juice-slurm/slurmrest"
 	"github.com/juice-slurm/juice-slurm/test/testbed"
 )
@@ -85,7 +86,7 @@ func (b licenseBench) run(ctx context.Context, env testbed.Env, c *slurmrest.Cli
 		}},
 		{fmt.Sprintf("burst of %d x `sleep %g`", b.burstN, b.sleep.Seconds()), b.rounds, func(k licenseKind, args ...string) ([]uint32, uint32, error) {
 			if k.atOnce {
-				args = append(args, "-L", licenses.Name(b.pool)+"@"+licenses.Server)
+				args = append(args, "-L", licenses.For(request.Request{Pool: b.pool, GPUs: 1})) // what a 1-GPU Juice job takes
 			}
 			ids, err := submitAtOnce(b.burstN, append(args, "--wrap", fmt.Sprintf("sleep %g", b.sleep.Seconds())))
 			return ids, 0, err
