@@ -273,9 +273,17 @@ func TestHookAPI(t *testing.T) {
 	code, out = post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "c1", JobID: 43, WaitSeconds: 1})
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, hookapi.OutcomeNone, out["outcome"])
-	// A request in the call is not part of the API: refused, and nothing is registered from it.
+	// A request in the call (the first release's prologs sent one, and may still wait when the replicas restart on
+	// this release) is taken and not used: nothing is registered from it, the job's admin_comment decides.
+	code, out = post(t, c, "/v1/prolog", hookSecret, map[string]any{"cluster": "c1", "job_id": 43, "run": 0,
+		"request": "juice:v1:pool=test,gpus=4", "user": "root", "partition": "gpu", "wait_seconds": 1})
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	require.Equal(t, hookapi.OutcomeNone, out["outcome"], "the hook's request is not the job's")
+	_, err = h.store.ForRun(context.Background(), reconcile.RunID{Cluster: "c1", JobID: 43})
+	require.ErrorIs(t, err, reconcile.ErrNotFound, "nothing registered from a hook's request")
+	// Any other field is not part of the API.
 	code, _ = post(t, c, "/v1/prolog", hookSecret, map[string]any{"cluster": "c1", "job_id": 43, "run": 0,
-		"request": "juice:v1:pool=test,gpus=4", "wait_seconds": 1})
+		"gpus": 4, "wait_seconds": 1})
 	require.Equal(t, http.StatusBadRequest, code)
 	code, _ = post(t, c, "/v1/prolog", hookSecret, hookapi.PrologRequest{Cluster: "elsewhere", JobID: 42, WaitSeconds: 1})
 	require.Equal(t, http.StatusBadRequest, code, "another cluster's run")

@@ -238,11 +238,24 @@ func (a *Server) enterWait(w http.ResponseWriter, r *http.Request) (leave func()
 	return func() { a.waits.leave(p) }, true
 }
 
+// prologCall is what a prolog sends: this release's request, and the fields the prologs of the first release
+// (schema 2, before spec and status were apart) also sent. Such a prolog may still be waiting when the replicas
+// restart on this release (an upgrade, docs/admin.md section 8): it is served, and what those fields say is not
+// used. The request is the one job_submit.lua recorded, and the user and partition slurmrestd's; never a hook's.
+// Any other unknown field is still refused.
+type prologCall struct {
+	hookapi.PrologRequest
+	Request   *string `json:"request,omitempty"`
+	User      *string `json:"user,omitempty"`
+	Partition *string `json:"partition,omitempty"`
+}
+
 func (a *Server) prolog(w http.ResponseWriter, r *http.Request) {
-	var in hookapi.PrologRequest
-	if !decode(w, r, &in) {
+	var call prologCall
+	if !decode(w, r, &call) {
 		return
 	}
+	in := call.PrologRequest
 	start := time.Now()
 	run := reconcile.RunID{Cluster: in.Cluster, JobID: in.JobID, Run: in.Run}
 	if in.Cluster != a.Store.Cluster() {
