@@ -16,7 +16,7 @@ export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
-.PHONY: all build go-build spank install package test-package demo-installed test-bare bench-p5-large test-failover chaos-failover test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
+.PHONY: all build go-build spank install package test-package demo-installed test-bare bench-p5-large test-failover chaos-failover test-upgrade chaos-upgrade test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
 	testbed-wire demo bench bench-licenses bench-scale chaos chaos-short soak fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy chaos-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -138,7 +138,7 @@ unit:
 # first command: the demo fails on any step that does not do what it shows); then the README's first command again,
 # from a Debian 12 root that has none of what it installs (test-bare: a missing or racing install step fails here,
 # though this machine kept what earlier runs installed).
-test: testbed-up build lint test-spank test-go test-smoke test-replicas test-failover test-releases test-security test-juice-legacy test-compat test-package demo-installed test-bare
+test: testbed-up build lint test-spank test-go test-smoke test-replicas test-upgrade test-failover test-releases test-security test-juice-legacy test-compat test-package demo-installed test-bare
 	@echo "make test: all suites passed"
 
 # make demo from a bare Debian 12 root (test/bare/bare.sh): its own network namespace, so the host's test bed runs on.
@@ -162,6 +162,19 @@ test-smoke: build
 # a certificate naming both, the hooks calling both, and the leader killed between two sruns (test/replicas).
 test-replicas: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/testbed.sh services && bash test/replicas/replicas.sh'
+
+# Upgrades with live jobs (issue 25 item 1, test/upgrade): a release of the history installed as it was (its
+# binary, settings and schema, two replicas, its hooks), jobs in every state (ended, running, waiting in their
+# prologs, pending), then this checkout's migrate, a rolling restart of the replicas and the hooks, as
+# docs/admin.md section 8 orders them; every job completes, none requeued, no session lost, doubled or left.
+# make test: from the first release and from the last one of the schema before this one (16 runs each);
+# make chaos-upgrade (in make chaos): from the last release of every schema, 200 runs each.
+test-upgrade: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/testbed.sh services && bash test/upgrade/run.sh short'
+
+UPGRADE_OUT ?= test/results/upgrade.md
+chaos-upgrade: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/testbed.sh services && UPGRADE_OUT=$(UPGRADE_OUT) bash test/upgrade/run.sh long'
 
 # PostgreSQL that fails over: a primary and a streaming standby of their own (test/pgpair.sh, ports 5441/5442),
 # a multi-host URL with target_session_attrs=read-write, and the standby promoted in the middle of a run of jobs
@@ -286,6 +299,7 @@ bench-scale: build
 
 chaos: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s -slurm-events -out test/results/chaos.md'
+	$(MAKE) --no-print-directory chaos-upgrade
 
 # Issue 25 item 5: one controller process under mixed load with faults for SOAK (an hour), sampled every 30 s: RSS,
 # open files, goroutines, PostgreSQL connections and Juice sessions, each with its slope, in test/results/soak.md;

@@ -18,6 +18,8 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 env_file=${JUICE_TESTBED_ENV:-/var/tmp/juice-testbed/env}
 # shellcheck disable=SC1090
 . "$env_file"
+# shellcheck source=../lib/replica.sh
+. "$(dirname "$0")/../lib/replica.sh"
 TB=$JUICE_TESTBED_DIR
 BIN=${JUICE_SLURM_BIN:-$REPO/bin/juice-slurm}
 SLURM_USER=$JUICE_TESTBED_SLURM_USER
@@ -69,29 +71,11 @@ bare=$W/bare-cert && install -d -m 0700 "$bare"
 sh "$REPO/deploy/make-hook-cert.sh" "$bare" root >/dev/null
 
 # Steps 2 to 4: each replica's own directory, the secrets copied keeping owners and modes, its settings file.
-db=$(sed "s#passfile=[^&]*#passfile=PGPASS#" <<<"$JUICE_TESTBED_DEMO_DB_URL")
 start_replica() { # start_replica NAME ADDRESS
 	local name=$1 addr=$2 etc=$W/$1
 	install -d -m 0750 -o root -g "$SLURM_USER" "$etc"
 	tar -C "$src" -cpf - cluster.key hook.secret hook.crt hook.key juice.token slurm.token pgpass | tar -C "$etc" --same-owner -xpf -
-	cat >"$etc/juice-slurm.conf" <<EOF
-cluster = $JUICE_TESTBED_CLUSTER
-database-url = ${db/PGPASS/$etc/pgpass}
-slurmrestd-url = $JUICE_TESTBED_SLURMRESTD_URL
-slurm-token-file = $etc/slurm.token
-slurm-user = $SLURM_USER
-juice-url = http://127.0.0.1:7070
-juice-token-file = $etc/juice.token
-cluster-key = $etc/cluster.key
-hook-secret = $etc/hook.secret
-hook-cert = $etc/hook.crt
-hook-key = $etc/hook.key
-hook-listen = $addr:$PORT
-metrics-listen = $addr:8171
-state-dir = $JUICE_TESTBED_SESSIONS_DIR
-poll-interval = 1s
-lease-ttl = 5s
-EOF
+	replica_settings "$etc" "$addr" "$JUICE_TESTBED_DEMO_DB_URL" >"$etc/juice-slurm.conf"
 	chown root:"$SLURM_USER" "$etc/juice-slurm.conf" && chmod 0640 "$etc/juice-slurm.conf"
 	setsid setpriv --reuid "$SLURM_USER" --regid "$SLURM_USER" --init-groups \
 		"$BIN" controller --config "$etc/juice-slurm.conf" </dev/null >"$W/ctl-$name.log" 2>&1 &
