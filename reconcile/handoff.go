@@ -138,16 +138,51 @@ func (rc *Reconciler) passOn(ctx context.Context, log logr.Logger, r *Reservatio
 	if rc.Handoff.Followers == nil || rc.now().Sub(r.Status.UpdatedAt) >= rc.Handoff.wait() || !rc.Handoff.Followers(l) {
 		return Result{}, false, nil
 	}
-	// A like run that asked for a session of its own (reserved ahead while pending) gets these GPUs from the Juice
-	// Controller's queue once this session is cancelled: waiting would only keep it waiting longer.
-	asked, err := rc.Store.LikeAsked(ctx, r)
+	queued, err := rc.likeQueued(ctx, r)
 	if err != nil {
-		return Result{}, true, fmt.Errorf("look for a like run waiting for its own session: %w", err)
+		return Result{}, true, err
 	}
-	if asked {
+	if queued {
 		return Result{}, false, nil
 	}
 	return Result{RequeueAfter: handoffPoll}, true, nil
+}
+
+// maxLikeAsking bounds the like runs likeQueued reads; more than that waiting for their own is taken as queued.
+const maxLikeAsking = 8
+
+// likeQueued reports whether a like run waits for a session of its own still queued at the Juice Controller (or
+// not asked for yet): it gets these GPUs from the queue once r's session is cancelled, and lingering would keep it
+// waiting longer. A like run whose own session an agent was given already loses nothing by the wait, and the session
+// then goes to the next like job Slurm starts (without this, an array whose elements each started while the one
+// before still ran asked for a session per element from then on, every ended session cancelled: bench-licenses).
+// Each look reads the sessions of the like runs still waiting: a placed session is active within the agent's start
+// (a second in the simulator) and its run then waits no more, so a lingering session's 100 ms looks read each at
+// most a few times.
+func (rc *Reconciler) likeQueued(ctx context.Context, r *Reservation) (bool, error) {
+	asking, err := rc.Store.LikeAsking(ctx, r, maxLikeAsking+1)
+	if err != nil {
+		return false, fmt.Errorf("look for a like run waiting for its own session: %w", err)
+	}
+	if len(asking) > maxLikeAsking {
+		return true, nil
+	}
+	for i := range asking {
+		a := &asking[i]
+		if a.Status.State != StateWaiting || a.Status.SessionID == "" {
+			return true, nil
+		}
+		s, err := rc.Juice.GetSession(ctx, a.Status.SessionID, a.Request)
+		switch {
+		case errors.Is(err, ErrNoSession):
+			// Gone: it holds nothing and asks for nothing until its own pass finds it lost.
+		case err != nil:
+			return false, fmt.Errorf("read the session %s of like reservation %s: %w", a.Status.SessionID, a.ID, err)
+		case s.Phase == SessionQueued:
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // awaitHandoff is the pending run's half: a like run's session lingers for one, or its run ended and the reconciler

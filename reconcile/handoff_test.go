@@ -252,22 +252,26 @@ func TestAnEndedRunsSessionGoesToALikeStartedRunWaitingInTheQueue(t *testing.T) 
 	assert.Contains(t, got.Status.Reason, "its own session "+own+", still queued, is cancelled")
 }
 
-// A like run whose own session an agent was given already is served by it shortly: it takes nothing, and with a like
-// run waiting for its own session the ended run's does not wait either. Nor does one whose job Slurm has not started
-// (reserved ahead): the GPUs would wait on a job Slurm holds.
+// A like run whose own session an agent was given already is served by it shortly: it takes nothing. Nor does one
+// whose job Slurm has not started (reserved ahead): the GPUs would wait on a job Slurm holds; and as its own session
+// is still queued, the ended run's does not wait for a follower either: it is cancelled and the queue gets its GPUs.
 func TestAnEndedRunsSessionIsNotHandedToARunItsOwnServes(t *testing.T) {
-	for name, with := range map[string]func(w *handoffWorld, r *reconcile.Reservation){
-		"its own placed": func(w *handoffWorld, r *reconcile.Reservation) {
+	for name, c := range map[string]struct {
+		followers int
+		with      func(w *handoffWorld, r *reconcile.Reservation)
+	}{
+		"its own placed": {0, func(w *handoffWorld, r *reconcile.Reservation) {
 			r.Status.SessionID = w.juice.Book(r.ID, r.Request)
 			w.juice.Place(r.Status.SessionID, "a1")
-		},
-		"its job pending": func(w *handoffWorld, r *reconcile.Reservation) {
+		}},
+		"its job pending": {1, func(w *handoffWorld, r *reconcile.Reservation) {
 			r.Status.SessionID, r.Spec.JobState = w.juice.Book(r.ID, r.Request), "PENDING"
-		},
+		}},
 	} {
+		with := c.with
 		t.Run(name, func(t *testing.T) {
 			w := newHandoffWorld(t)
-			w.followers = 1
+			w.followers = c.followers
 			taker := w.next(func(r *reconcile.Reservation) {
 				r.Status.State, r.Status.Requested = reconcile.StateWaiting, true
 				with(w, r)
@@ -278,6 +282,38 @@ func TestAnEndedRunsSessionIsNotHandedToARunItsOwnServes(t *testing.T) {
 			assert.Equal(t, []string{w.giver.Status.SessionID}, w.juice.Calls().Cancelled)
 		})
 	}
+}
+
+// A like run waiting for its own session, which an agent was given already, loses nothing while the ended run's
+// session waits for a follower: it waits, and the next like job Slurm starts takes it. (An array whose elements
+// each started while the one before still ran asked for a session per element from then on: bench-licenses.)
+func TestAnEndedRunsSessionWaitsForAFollowerWhileALikeRunsOwnIsPlaced(t *testing.T) {
+	w := newHandoffWorld(t)
+	w.followers = 1
+	placed := w.next(func(r *reconcile.Reservation) {
+		r.Status.State, r.Status.Requested = reconcile.StateWaiting, true
+		r.Status.SessionID = w.juice.Book(r.ID, r.Request)
+		w.juice.Place(r.Status.SessionID, "a1")
+	})
+	assert.Equal(t, 100*time.Millisecond, w.end().RequeueAfter, "it waits for the follower")
+	assert.Equal(t, reconcile.StateReleasing, w.get(w.giver.ID).Status.State)
+	assert.Empty(t, w.juice.Calls().Cancelled)
+
+	// The placed session comes up (a second later, in the simulator) and a follower starts.
+	w.now = w.now.Add(time.Second)
+	w.juice.Activate(placed.Status.SessionID, "a1", nil)
+	_, err := w.pass(placed.ID)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.StateReady, w.get(placed.ID).Status.State)
+	follower := w.add(reconcile.StatePending, func(r *reconcile.Reservation) {
+		r.Run.JobID, r.Account, r.Spec.JobState = 9, "physics", "CONFIGURING"
+	})
+	_, err = w.pass(w.giver.ID)
+	require.NoError(t, err)
+	assert.Equal(t, reconcile.StateReleased, w.get(w.giver.ID).Status.State)
+	assert.Equal(t, w.giver.Status.SessionID, w.get(follower.ID).Status.SessionID, "the follower took it")
+	assert.Equal(t, placed.Status.SessionID, w.get(placed.ID).Status.SessionID, "the placed one kept its own")
+	assert.Empty(t, w.juice.Calls().Cancelled)
 }
 
 func TestAnEndedRunWithoutFollowersCancelsAtOnce(t *testing.T) {

@@ -34,9 +34,9 @@ type Store interface {
 	// failed: releasing from ready since less than within ago, or still ready (its run's end not taken up yet). One
 	// that may still hand it to to.
 	HandoffLingers(ctx context.Context, to *Reservation, within time.Duration) (bool, error)
-	// LikeAsked reports whether a wanted reservation alike to r (its user, account and request) has asked the Juice
-	// Controller for a session of its own and waits for it (requesting, waiting).
-	LikeAsked(ctx context.Context, r *Reservation) (bool, error)
+	// LikeAsking lists, oldest first, at most max wanted reservations alike to r (its user, account and request)
+	// that asked the Juice Controller for a session of their own and wait for it (requesting, waiting).
+	LikeAsking(ctx context.Context, r *Reservation, max int) ([]Reservation, error)
 	// HandOver writes giver's and taker's statuses, each read at its Version, with their transitions, in one
 	// transaction: ErrConflict, and nothing written, when either changed since.
 	HandOver(ctx context.Context, giver, taker *Reservation, tg []Transition, tt Transition) error

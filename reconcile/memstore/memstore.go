@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,17 +224,27 @@ func (s *Store) HandoffLingers(_ context.Context, to *reconcile.Reservation, wit
 	return false, nil
 }
 
-// LikeAsked implements reconcile.Store as the store does.
-func (s *Store) LikeAsked(_ context.Context, r *reconcile.Reservation) (bool, error) {
+// LikeAsking implements reconcile.Store as the store does.
+func (s *Store) LikeAsking(_ context.Context, r *reconcile.Reservation, max int) ([]reconcile.Reservation, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var out []reconcile.Reservation
 	for _, w := range s.rows {
 		st := w.r.Status.State
 		if alike(r, &w.r) && w.r.Spec.Wanted && (st == reconcile.StateRequesting || st == reconcile.StateWaiting) {
-			return true, nil
+			out = append(out, w.r)
 		}
 	}
-	return false, nil
+	slices.SortFunc(out, func(a, b reconcile.Reservation) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID.String(), b.ID.String())
+	})
+	if len(out) > max {
+		out = out[:max]
+	}
+	return out, nil
 }
 
 // alike: another reservation of the same user, account and request (the store's query, not the decision).
@@ -339,8 +350,8 @@ func (i intercepted) HandoffLingers(ctx context.Context, to *reconcile.Reservati
 	return i.next.HandoffLingers(ctx, to, within)
 }
 
-func (i intercepted) LikeAsked(ctx context.Context, r *reconcile.Reservation) (bool, error) {
-	return i.next.LikeAsked(ctx, r)
+func (i intercepted) LikeAsking(ctx context.Context, r *reconcile.Reservation, max int) ([]reconcile.Reservation, error) {
+	return i.next.LikeAsking(ctx, r, max)
 }
 
 func (i intercepted) HandOver(ctx context.Context, giver, taker *reconcile.Reservation, tg []reconcile.Transition, tt reconcile.Transition) error {

@@ -218,9 +218,10 @@ var (
 		AND user_name = $4 AND account = $5 AND id <> $6 AND run_over AND fail_reason = '' AND want_reason <> $8
 		AND session_id <> '' AND ready_at IS NOT NULL AND NOT maybe_orphans
 		AND (state = 'releasing' AND updated_at > now() - $7 * interval '1 millisecond' OR state = 'ready' AND NOT wanted))`
-	// Whether a like run asked for a session of its own and waits for it.
-	sqlLikeAsked = `SELECT EXISTS (SELECT 1 FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND request = $3
-		AND user_name = $4 AND account = $5 AND id <> $6 AND state IN ('requesting', 'waiting') AND wanted)`
+	// The like runs that asked for a session of their own and wait for it, oldest first.
+	sqlLikeAsking = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND pool = $2 AND request = $3
+		AND user_name = $4 AND account = $5 AND id <> $6 AND state IN ('requesting', 'waiting') AND wanted
+		ORDER BY created_at, id LIMIT $7`
 	// The open reservation that holds session $2, if any (index juice_reservations_session).
 	sqlHolding = `SELECT ` + columns + ` FROM juice_reservations WHERE cluster = $1 AND session_id = $2
 		AND state NOT IN ('released', 'failed') ORDER BY created_at LIMIT 1`

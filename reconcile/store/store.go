@@ -463,14 +463,14 @@ func (s *Store) HandoffLingers(ctx context.Context, to *reconcile.Reservation, w
 	return lingers, nil
 }
 
-// LikeAsked reports whether a wanted run alike to r waits for a session of its own (see reconcile.Store).
-func (s *Store) LikeAsked(ctx context.Context, r *reconcile.Reservation) (bool, error) {
-	var asked bool
-	err := s.pool.QueryRow(ctx, sqlLikeAsked, s.cluster, r.Request.Pool, r.Request.String(), r.UserName, r.Account, r.ID).Scan(&asked)
+// LikeAsking lists the wanted runs alike to r that wait for a session of their own (see reconcile.Store).
+func (s *Store) LikeAsking(ctx context.Context, r *reconcile.Reservation, max int) ([]reconcile.Reservation, error) {
+	out, err := scanAll(s.pool.Query(ctx, sqlLikeAsking, s.cluster, r.Request.Pool, r.Request.String(), r.UserName,
+		r.Account, r.ID, max))
 	if err != nil {
-		return false, fmt.Errorf("a run like %s waiting for its own session: %w", r.Run, err)
+		return nil, fmt.Errorf("runs like %s waiting for their own sessions: %w", r.Run, err)
 	}
-	return asked, nil
+	return out, nil
 }
 
 // HandOver writes both statuses of a hand-off in one transaction (see reconcile.Store): both or neither, each based
