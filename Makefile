@@ -158,8 +158,9 @@ test-go:
 test-smoke: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) test -count=1 -tags smoke ./test/smoke/'
 
-# The controller on hosts of its own (docs/admin.md section 7): two replicas as SlurmUser at addresses of their own,
-# a certificate naming both, the hooks calling both, and the leader killed between two sruns (test/replicas).
+# The controller on hosts of its own (docs/admin.md section 7): two replicas as SlurmUser, each in a network namespace
+# of its own reaching the bed's services over a bridge, a certificate naming both, the hooks calling both over TLS,
+# the leader killed between two sruns and while a prolog waits (test/replicas, issue 25 item 3).
 test-replicas: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/testbed.sh services && bash test/replicas/replicas.sh'
 

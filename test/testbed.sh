@@ -141,6 +141,10 @@ install_packages() {
 	compgen -G '/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a' >/dev/null || need+=(libclang-rt-14-dev)
 	# promtool checks deploy/monitoring's alert rules (TestAlertRulesPassPromtool); the server is not started.
 	command -v promtool >/dev/null || need+=(prometheus)
+	# For make test-replicas: replicas in network namespaces of their own (ip), reaching the bed's loopback services
+	# through relays on the bridge's host side (socat).
+	command -v ip >/dev/null || need+=(iproute2)
+	command -v socat >/dev/null || need+=(socat)
 	# For make test-package (test/package/check.sh): the .rpm's file list, the man page's rendering and lookup,
 	# the binaries' ELF headers and strings.
 	command -v rpm2cpio >/dev/null || need+=(rpm2cpio)
