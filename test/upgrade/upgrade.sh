@@ -12,8 +12,11 @@
 # With that release serving, RUNS jobs of pool test (at least 14; 24 by default) are put in every state a run
 # can be in when the upgrade comes: ended (sessions released), running with their sessions (each waits for a
 # signal to start a second step), waiting in their prolog with their sessions queued at the Juice Controller (the
-# pool is full), and pending in Slurm behind a dependency (this bed's partition shares its cores four ways, so no
-# job pends there for Resources, the reason the look-ahead reserves for). Then the upgrade, in the guide's order:
+# pool is full), pending in Slurm behind a dependency (this bed's partition shares its cores four ways, so no job
+# pends there for Resources), and reserved ahead while pending: a job of pool demo with a begin time after the
+# upgrade, within the look-ahead window, whose session is ready before Slurm starts it (in a pool of its own: in
+# pool test the jobs Slurm started and that wait for GPUs take the pool from it, by design; a release that does not
+# reserve such a job has none, and says so). Then the upgrade, in the guide's order:
 #   1. this checkout's `juice-slurm settings controller` reads the old settings file (kept by the package);
 #   2. `juice-slurm migrate` as the owner role, while the old replicas serve;
 #   3. an old binary started again on the migrated schema refuses it (releases that check it);
@@ -22,7 +25,8 @@
 #   5. the hooks on the slurmctld host switched to this checkout's.
 # Then every job is let go on. Checked: each job completed, none requeued or failed; each running job's second
 # step, started after the upgrade, opened the session file the old release sealed and saw the same session as its
-# first; every run that waited in its prolog or was pending was served; no run had two sessions and no session
+# first; the job reserved ahead started after the upgrade with the session reserved for it before; every run that
+# waited in its prolog or was pending was served; no run had two sessions and no session
 # served two runs; no reservation is left open and the Juice pool has no session left.
 #
 # The bed's own controller is stopped for the run, and the bed's juice-config.sh put back and its services started
@@ -49,7 +53,7 @@ REF=${1:?usage: $0 REF [RUNS]}
 RUNS=${2:-24}
 log() { printf '[upgrade %s %s] %s\n' "${REF:0:9}" "$(date +%H:%M:%S)" "$*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }
-[ "$RUNS" -ge 14 ] || fail "RUNS $RUNS: at least 14 (8 running, 4 waiting, one ended, one pending)"
+[ "$RUNS" -ge 14 ] || fail "RUNS $RUNS: at least 14 (8 running, 4 waiting, one ended, one pending; and one reserved ahead)"
 [ -n "${JUICE_TESTBED_DEMO_DB_URL:-}" ] || fail "$env_file has no JUICE_TESTBED_DEMO_DB_URL: run test/testbed.sh services first"
 [ -s "$CONFIG_SH" ] || fail "$CONFIG_SH is missing: run test/testbed.sh wire first"
 [ -x "$BIN" ] && [ -x "$HOOK_BIN" ] || fail "$BIN or $HOOK_BIN is missing: run make build"
@@ -218,7 +222,7 @@ log "the old release serves: replicas at $A and $B, leader $(leader), hooks at $
 job() { # job KIND GPUS [sbatch options...] -- prints the job id
 	local kind=$1 gpus=$2
 	shift 2
-	sbatch --parsable --job-name=upgrade-test --comment="upgrade-$kind" --juice-pool=$POOL --juice-gpu-count="$gpus" \
+	sbatch --parsable --job-name=upgrade-test --comment="upgrade-$kind" --juice-pool="${JOB_POOL:-$POOL}" --juice-gpu-count="$gpus" \
 		-o "$W/out/%j.$kind" "$@"
 }
 state_of() { squeue -h -j "$1" -o %T 2>/dev/null || true; }
@@ -231,8 +235,8 @@ wait_jobs() { # wait_jobs WHAT SECONDS TEST: until TEST (a command) holds, sayin
 		sleep 1
 	done
 }
-ended=$(((RUNS - 12) / 2))
-E=() R=() Wt=() P=()
+ended=$(((RUNS - 12) / 2)) # and 8 running, 4 waiting, the rest pending
+E=() R=() Wt=() P=() Ah=()
 for i in $(seq 1 $ended); do
 	E+=("$(job ended 1 --wrap 'test -n "$JUICE_SESSION_ID" || exit 42; echo "$JUICE_SESSION_ID"')")
 done
@@ -245,6 +249,23 @@ for i in $(seq 1 8); do
 done
 all_running() { for j in "${R[@]}"; do [ "$(state_of "$j")" = RUNNING ] && [ -s "$W/out/$j.running" ] || return 1; done; }
 wait_jobs "8 jobs running with their sessions" 300 all_running
+# Reserved ahead: a job of pool demo that Slurm starts at its begin time, after the upgrade (60 s leaves room for
+# the rest of the set-up and the upgrade on a loaded machine; the look-ahead window is 2 minutes). Releases whose
+# look-ahead does not take a job pending for its begin time (before Candidate.BeginsWithin) have no such run.
+ahead="" ahead_session=""
+if git -C "$REPO" show "$sha:reconcile/lookahead.go" | grep -q 'func (c Candidate) BeginsWithin'; then
+	ahead=$(JOB_POOL=demo job ahead 2 --begin=now+60 --wrap 'test -n "$JUICE_SESSION_ID" || exit 42; echo "$JUICE_SESSION_ID"')
+	Ah+=("$ahead")
+	for i in $(seq 1 30); do
+		ahead_session=$(q "SELECT session_id FROM juice_reservations WHERE job_id = $ahead AND state = 'ready'")
+		[ -n "$ahead_session" ] && break
+		sleep 1
+	done
+	[ -n "$ahead_session" ] || fail "job $ahead, pending for its begin time within the look-ahead window, was not reserved ahead within 30 s: $(q "SELECT state, reason FROM juice_reservations WHERE job_id = $ahead")"
+	log "job $ahead, pending for its begin time, reserved ahead: session $ahead_session ready"
+else
+	log "the release at $sha reserves no job pending for its begin time ahead (no Candidate.BeginsWithin): the state reserved ahead is not covered from it"
+fi
 # Waiting: Slurm starts them (no license in the way), their prologs wait for sessions the full pool queues.
 for i in $(seq 1 4); do
 	Wt+=("$(job waiting 2 --wrap 'test -n "$JUICE_SESSION_ID" || exit 42; echo "$JUICE_SESSION_ID"')")
@@ -256,10 +277,14 @@ for i in $(seq 1 $((RUNS - 12 - ended))); do
 	P+=("$(job pending 1 -d "afterany:${R[0]}" --wrap 'test -n "$JUICE_SESSION_ID" || exit 42; echo "$JUICE_SESSION_ID"')")
 done
 sleep 3
-log "live runs: ${#E[@]} ended, ${#R[@]} running, ${#Wt[@]} waiting in their prologs, ${#P[@]} pending; runs by state in the database: $(q "SELECT string_agg(state || ' ' || n, ', ') FROM (SELECT state, count(*) n FROM juice_reservations GROUP BY state ORDER BY state) s")"
+log "live runs: ${#E[@]} ended, ${#R[@]} running, ${#Ah[@]} reserved ahead, ${#Wt[@]} waiting in their prologs, ${#P[@]} pending; runs by state in the database: $(q "SELECT string_agg(state || ' ' || n, ', ') FROM (SELECT state, count(*) n FROM juice_reservations GROUP BY state ORDER BY state) s")"
 before_sessions=$(for j in "${R[@]}"; do echo "$j $(head -1 "$W/out/$j.running")"; done)
 
 # The upgrade.
+if [ -n "$ahead" ]; then
+	st=$(state_of "$ahead")
+	[ "$st" = PENDING ] || fail "job $ahead, reserved ahead, is $st before the upgrade: its begin time came too soon (the set-up took $SECONDS s)"
+fi
 log "upgrade: the old settings file read by this checkout's juice-slurm"
 "$BIN" settings controller --config "$(etc_of ctl1)/juice-slurm.conf" >"$W/settings.out" 2>&1 ||
 	fail "this checkout's juice-slurm refuses the old settings file: $(cat "$W/settings.out")"
@@ -314,7 +339,7 @@ after_start=$SECONDS
 touch "$W/go"
 wait_jobs "every job to end after the upgrade" 600 none_left
 after_took=$((SECONDS - after_start))
-all=("${E[@]}" "${R[@]}" "${Wt[@]}" "${P[@]}")
+all=("${E[@]}" "${R[@]}" "${Ah[@]}" "${Wt[@]}" "${P[@]}")
 for j in "${all[@]}"; do
 	line=$(sacct -n -X -P -j "$j" -o state,exitcode 2>&1 | head -1)
 	[ "$line" = "COMPLETED|0:0" ] || fail "job $j ended as $line (want COMPLETED, exit 0): $(cat "$W"/out/"$j".* 2>/dev/null)"
@@ -324,6 +349,11 @@ while read -r j s; do
 	second=$(sed -n 2p "$W/out/$j.running")
 	[ "$second" = "$s" ] || fail "job $j: its step after the upgrade saw session '${second}', its first step $s"
 done <<<"$before_sessions"
+if [ -n "$ahead" ]; then
+	saw=$(head -1 "$W/out/$ahead.ahead")
+	[ "$saw" = "$ahead_session" ] || fail "job $ahead, reserved ahead before the upgrade with session $ahead_session, saw '$saw'"
+	log "job $ahead, reserved ahead before the upgrade, started after it with that session"
+fi
 log "every job completed; each running job's step after the upgrade opened its old session file"
 # A requeued job's next run has its restart count (sacct of 22.05 has no field for it).
 requeued=$(q "SELECT string_agg(DISTINCT job_id::text, ' ') FROM juice_reservations WHERE run > 0")
@@ -338,20 +368,24 @@ doubled=$(q "WITH lives AS (SELECT r.id, r.job_id, r.run, r.session_id, r.create
 [ -z "$doubled" ] || fail "runs with two sessions at once: $doubled"
 shared=$(q "SELECT session_id FROM juice_reservations WHERE session_id <> '' GROUP BY session_id HAVING count(DISTINCT (job_id, run)) > 1")
 [ -z "$shared" ] || fail "sessions that served two runs: $shared"
-served=$(q "SELECT count(DISTINCT (job_id, run)) FROM juice_reservations WHERE session_id <> ''")
+served=$(q "SELECT count(DISTINCT (job_id, run)) FROM juice_reservations WHERE session_id <> '' AND job_id IN ($(IFS=,; echo "${all[*]}"))")
 [ "$served" = "${#all[@]}" ] || fail "$served runs had sessions, ${#all[@]} jobs ran"
 open=""
 for i in $(seq 1 60); do
 	open=$(q "SELECT count(*) FROM juice_reservations WHERE state NOT IN ('released', 'failed')")
-	left=$(curl -fsS -H "Authorization: Bearer $(cat "$TB/demo/juice.token")" "http://127.0.0.1:7070/v1/agents?pool_id=$POOL" |
-		jq '[.[].sessions // [] | length] | add // 0')
+	left=0
+	for pool in $POOL demo; do
+		n=$(curl -fsS -H "Authorization: Bearer $(cat "$TB/demo/juice.token")" "http://127.0.0.1:7070/v1/agents?pool_id=$pool" |
+			jq '[.[].sessions // [] | length] | add // 0')
+		left=$((left + n))
+	done
 	[ "$open" = 0 ] && [ "$left" = 0 ] && break
 	sleep 1
 done
 [ "$open" = 0 ] || fail "$open reservations still open: $(q "SELECT job_id, run, state FROM juice_reservations WHERE state NOT IN ('released', 'failed')")"
-[ "$left" = 0 ] || fail "$left sessions left in pool $POOL at the Juice Controller"
+[ "$left" = 0 ] || fail "$left sessions left in pools $POOL and demo at the Juice Controller"
 failed=$(q "SELECT count(*) FROM juice_reservations WHERE state = 'failed'")
 [ "$failed" = 0 ] || fail "$failed reservations failed"
 log "PASS: from $sha (schema $old_schema) to this checkout with ${#all[@]} live runs: 0 lost, 0 doubled, 0 left open, 0 sessions left"
 # One row for the results table (test/upgrade/run.sh): on stdout, the rest went to stderr.
-echo "| $sha | $old_schema | $($old_migrates && echo migrate || echo "itself, as the owner") | $($old_tls && echo TLS || echo "plain HTTP") | ${#all[@]} | ${#E[@]} / ${#R[@]} / ${#Wt[@]} / ${#P[@]} | ${upgrade_took} s | ${after_took} s | $($old_migrates && echo refused || echo "not checked") | 0 | 0 | 0 | 0 |"
+echo "| $sha | $old_schema | $($old_migrates && echo migrate || echo "itself, as the owner") | $($old_tls && echo TLS || echo "plain HTTP") | ${#all[@]} | ${#E[@]} / ${#R[@]} / ${#Ah[@]} / ${#Wt[@]} / ${#P[@]} | ${upgrade_took} s | ${after_took} s | $($old_migrates && echo refused || echo "not checked") | 0 | 0 | 0 | 0 |"
