@@ -39,3 +39,17 @@ func YieldReason(pool string, run RunID) string {
 	return fmt.Sprintf("yields pool %s to job %d, which Slurm started and which waits for GPUs (reserved again when its turn comes)",
 		pool, run.JobID)
 }
+
+// Yielded reports whether a run let its pool go while its job was pending: one of its reservations ended, its run
+// not over, while Slurm showed the job pending (a yield to a started run, Store.YieldPool, or a hold). The
+// look-ahead does not reserve such a run again while a run Slurm started in its pool still waits for GPUs
+// (plan.starved): its new session would queue behind that run's and be let go again once QueueGrace passed, a
+// session asked for and cancelled at every poll for as long as the started run waits.
+func Yielded(records []Tracked) bool {
+	for _, r := range records {
+		if r.State.Final() && r.State != StateFailed && !r.RunOver && !Started(r.JobState) {
+			return true
+		}
+	}
+	return false
+}

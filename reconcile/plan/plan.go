@@ -245,6 +245,35 @@ func (rs runReservations) standing(run reconcile.RunID) reconcile.Standing {
 	return reconcile.Reservable(rs[keyOf(run)])
 }
 
+// yielded reports whether run let its pool go while its job was pending (reconcile.Yielded).
+func (rs runReservations) yielded(run reconcile.RunID) bool { return reconcile.Yielded(rs[keyOf(run)]) }
+
+// waiting reports whether run has a reservation whose session is queued at the Juice Controller.
+func (rs runReservations) waiting(run reconcile.RunID) bool {
+	for _, r := range rs[keyOf(run)] {
+		if r.State == reconcile.StateWaiting {
+			return true
+		}
+	}
+	return false
+}
+
+// starved returns the pools in which a run Slurm started waits with its session queued: the look-ahead does not
+// reserve again there a pending run that yielded (reconcile.Yielded) until that run has its GPUs.
+func starved(snap Snapshot, rs runReservations) map[string]bool {
+	m := map[string]bool{}
+	for id := range snap.Jobs {
+		j := snap.Jobs[id]
+		if j.Remainder() || !reconcile.Started(string(j.State)) {
+			continue
+		}
+		if run := runOf(snap.Cluster, &j); rs.waiting(run) {
+			m[j.Request.Pool] = true
+		}
+	}
+	return m
+}
+
 // ready reports whether run has a ready reservation: a started run that has one takes no place in the look-ahead.
 func (rs runReservations) ready(run reconcile.RunID) bool {
 	for _, r := range rs[keyOf(run)] {
@@ -282,6 +311,12 @@ func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead, heirs 
 	var cands []reconcile.Candidate
 	var unread []error
 	want := map[reconcile.RunID]bool{}
+	hungry := starved(snap, rs)
+	// pending is whether the look-ahead may take run, a pending one of job j: not over, and not one that yielded
+	// its pool to a started run that still waits.
+	pending := func(j *Job, run reconcile.RunID) bool {
+		return rs.standing(run) != reconcile.Over && !(hungry[j.Request.Pool] && rs.yielded(run))
+	}
 	for id := range snap.Jobs {
 		j := snap.Jobs[id]
 		if j.Remainder() {
@@ -295,7 +330,7 @@ func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead, heirs 
 				continue
 			}
 			for _, t := range tasks {
-				if run := element(snap.Cluster, &j, t); rs.standing(run) != reconcile.Over {
+				if run := element(snap.Cluster, &j, t); pending(&j, run) {
 					cands = append(cands, candidate(&j, run, heirs))
 				}
 			}
@@ -307,7 +342,7 @@ func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead, heirs 
 		}
 		switch j.State {
 		case slurmrest.StatePending:
-			if !j.Held() {
+			if !j.Held() && pending(&j, run) {
 				cands = append(cands, candidate(&j, run, heirs))
 			}
 		case slurmrest.StateConfiguring, slurmrest.StateRunning, slurmrest.StateSuspended:

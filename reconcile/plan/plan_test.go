@@ -373,3 +373,44 @@ func TestPlanLeavesHeirsToTheirHandoff(t *testing.T) {
 	require.Equal(t, []string{"c/1.0", "c/3.0", "c/4.0", "c/5.0", "c/6.0"}, created(Plan(snapshot(jobs...), Runs{}, look, on)),
 		"a like job started, its session not asked for yet: it is reserved, its heirs are not")
 }
+
+// A pending run that let its pool go to a run Slurm started (a yield: released, its run not over, while its job
+// pended) is not reserved ahead again while a started run of that pool still waits for GPUs: its session would
+// queue behind that run's and be let go again, a session asked for and cancelled at every poll. Once the started
+// run has its GPUs, or in another pool, it is reserved as before; a pending run that never yielded is too.
+func TestPlanDoesNotReserveAgainARunThatYieldedWhileAStartedOneWaits(t *testing.T) {
+	t.Parallel()
+	look := reconcile.Lookahead{PerPool: 4}
+	yielded := func(r reconcile.RunID) reconcile.Tracked {
+		return reconcile.Tracked{ID: uuid.New(), Run: r, State: reconcile.StateReleased, JobState: "PENDING"}
+	}
+	started := job(1, 0, slurmrest.StateRunning, 0)
+	elsewhere := job(1, 0, slurmrest.StateRunning, 0)
+	elsewhere.Request.Pool = "q"
+	for _, c := range []struct {
+		name    string
+		jobs    []Job
+		records []reconcile.Tracked
+		want    []string
+	}{
+		{name: "yielded, the started run waits: not again, a fresh pending run is",
+			jobs:    []Job{started, job(2, 0, slurmrest.StatePending, 9), job(3, 0, slurmrest.StatePending, 1)},
+			records: []reconcile.Tracked{rec(run(1, 0), reconcile.StateWaiting, false), yielded(run(2, 0))}, want: []string{"c/3.0"}},
+		{name: "yielded, the started run has its GPUs: reserved again",
+			jobs:    []Job{started, job(2, 0, slurmrest.StatePending, 9)},
+			records: []reconcile.Tracked{rec(run(1, 0), reconcile.StateReady, false), yielded(run(2, 0))}, want: []string{"c/2.0"}},
+		{name: "yielded, the started run that waits is another pool's: reserved again",
+			jobs:    []Job{elsewhere, job(2, 0, slurmrest.StatePending, 9)},
+			records: []reconcile.Tracked{rec(run(1, 0), reconcile.StateWaiting, false), yielded(run(2, 0))}, want: []string{"c/2.0"}},
+		{name: "an array's element that yielded, the started run waits: not again, the next element is",
+			jobs:    []Job{started, remainder("0-5")},
+			records: []reconcile.Tracked{rec(run(1, 0), reconcile.StateWaiting, false), yielded(elem(0))}, want: []string{"c/40_1.0", "c/40_2.0", "c/40_3.0"}},
+		{name: "released after its job started (not a yield): a requeued run of it is reserved",
+			jobs: []Job{started, job(2, 1, slurmrest.StatePending, 9)},
+			records: []reconcile.Tracked{rec(run(1, 0), reconcile.StateWaiting, false),
+				{ID: uuid.New(), Run: run(2, 0), State: reconcile.StateReleased, RunOver: true, JobState: "RUNNING"}}, want: []string{"c/2.1"}},
+	} {
+		ch := Plan(snapshot(c.jobs...), byFinal(c.records), look, nil)
+		require.Equal(t, c.want, created(ch), c.name)
+	}
+}
