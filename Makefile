@@ -16,7 +16,7 @@ export JUICE_TESTBED_ENV ?= /var/tmp/juice-testbed/env
 HOST_LOCK := /var/tmp/juice-testbed/host.lock
 ON_HOST := mkdir -p $(dir $(HOST_LOCK)) && flock -o $(HOST_LOCK)
 
-.PHONY: all build go-build spank install package test-package demo-installed test-bare bench-p5-large test-failover chaos-failover test-upgrade chaos-upgrade test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
+.PHONY: all build go-build spank install package test-package demo-installed test-bare bench-p5-large test-failover chaos-failover chaos-slurm-failover test-upgrade chaos-upgrade test unit test-go test-smoke test-spank test-e2e test-security test-compat test-releases test-token-renewal testbed-up testbed-down \
 	testbed-wire demo bench bench-licenses bench-scale chaos chaos-short soak fuzz lint clean \
 	juice-legacy-up juice-legacy-down test-juice-legacy chaos-legacy test-juice-legacy-smoke test-juice-legacy-loss
 
@@ -301,6 +301,14 @@ bench-scale: build
 chaos: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && $(GO) run ./test/chaos -jobs 500 -kills 20 -rest-outage 60s -slurm-events -out test/results/chaos.md'
 	$(MAKE) --no-print-directory chaos-upgrade
+	$(MAKE) --no-print-directory chaos-slurm-failover CHAOS_OUT=test/results/chaos-slurm-failover.md
+
+# Issue 25 item 2: a backup slurmctld (a second SlurmctldHost, in a network and UTS namespace of its own) takes over
+# from the primary stopped in the middle of a chaos run, and gives control back when the primary starts again
+# (test/slurmfailover/failover.sh; about 4 minutes). CHAOS_OUT=file keeps the figures.
+chaos-slurm-failover: build
+	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/slurmfailover/failover.sh -jobs 60 -kills 4 -rest-outage 15s \
+		-restart-postgres=false -dbd-outage 0 $(if $(CHAOS_OUT),-out $(CHAOS_OUT))'
 
 # Issue 25 item 5: one controller process under mixed load with faults for SOAK (an hour), sampled every 30 s: RSS,
 # open files, goroutines, PostgreSQL connections and Juice sessions, each with its slope, in test/results/soak.md;

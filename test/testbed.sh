@@ -206,12 +206,18 @@ write_slurm_conf() {
 	chown $SLURM_USER:$SLURM_USER "$SLURM_STATE/jwt.key"
 	chmod 0600 "$SLURM_STATE/jwt.key"
 	[ -e $WIRING_CONF ] || echo "# juice-slurm wiring: written by test/testbed.sh wire" >$WIRING_CONF
-	local short
+	local short ctld
 	short=$(hostname -s)
+	# JUICE_TESTBED_CTLD_HOSTS ("NAME(ADDR) NAME(ADDR)"): a primary and a backup slurmctld
+	# (test/slurmfailover/failover.sh); the backup takes control 10 s after the primary stops answering.
+	ctld="SlurmctldHost=$short(127.0.0.1)"
+	if [ -n "${JUICE_TESTBED_CTLD_HOSTS:-}" ]; then
+		ctld=$(printf 'SlurmctldHost=%s\n' $JUICE_TESTBED_CTLD_HOSTS)$'\n'SlurmctldTimeout=10
+	fi
 	cat >"$SLURM_CONF.new" <<EOF
 # Written by juice-slurm's test/testbed.sh: a two-node cluster on loopback (one slurmd per node, -N NAME).
 ClusterName=$CLUSTER
-SlurmctldHost=$short(127.0.0.1)
+$ctld
 SlurmUser=$SLURM_USER
 SlurmctldPort=6817
 StateSaveLocation=$SLURM_STATE/state
@@ -330,15 +336,17 @@ nodes_ready() { # every node idle, mixed or allocated
 
 start_slurm() {
 	if [ $SLURM_CONF_CHANGED = 1 ] && alive "$RUN/slurmctld.pid"; then
-		log "slurm.conf changed: restarting slurmctld and the slurmds"
+		log "slurm.conf changed: restarting slurmctld, the slurmds and slurmrestd"
 		stop_slurmds
 		stop slurmctld
+		stop slurmrestd # it reads the SlurmctldHost lines at start; cmd_up starts it again
 	fi
 	SLURM_CONF_CHANGED=0
 	if ! alive "$RUN/slurmctld.pid"; then
 		log "starting slurmctld"
 		slurmctld
-		wait_for slurmctld 30 scontrol ping
+		# The primary's line: scontrol ping fails while a backup (JUICE_TESTBED_CTLD_HOSTS) is not up yet.
+		wait_for slurmctld 30 sh -c "scontrol ping | grep -q '^Slurmctld(primary) at .* is UP'"
 	fi
 	stop slurmd # a one-node test bed's slurmd, started by an earlier version of this script
 	local n
