@@ -109,7 +109,7 @@ func main() {
 	flag.DurationVar(&soakFor, "soak", 0, "soak instead: one controller process under mixed load for this long (soak.go); -jobs, -kills and -rest-outage are not used")
 	flag.DurationVar(&soakSample, "sample", 30*time.Second, "with -soak: how often the controller is sampled")
 	flag.IntVar(&soakQueue, "soak-queue", 20, "with -soak: the jobs that may wait or run at once")
-	flag.BoolVar(&slurmFailover, "slurm-failover", false, "stop the primary slurmctld after the first kill of the controller (the backup takes over) and start it again after the third (slurm.go; test/slurmfailover/failover.sh sets the backup up)")
+	flag.BoolVar(&slurmFailover, "slurm-failover", false, "stop the primary slurmctld after the second kill of the controller (the backup takes over) and start it again after the fourth (slurm.go; test/slurmfailover/failover.sh sets the backup up)")
 	flag.BoolVar(&slurmEvents, "slurm-events", false, "also reconfigure slurmctld, restart munged and restart slurmctld during the run (slurm.go)")
 	flag.DurationVar(&dbdOutage, "dbd-outage", 60*time.Second, "how long slurmdbd is stopped, after a restart of it early in the run (on a bed with accounting); 0 leaves slurmdbd alone")
 	flag.BoolVar(&handoff, "handoff", true, "session hand-off on in pool test (the controller's copy of the bed's policy); every job writes the session it ran on, checked to be its own run's")

@@ -59,9 +59,9 @@ func (c *chaos) slurmEvent(ctx context.Context, k, kills int) error {
 	return nil
 }
 
-// failoverEvent, after the first kill of the controller, stops the primary slurmctld (its host shut down: it saves
+// failoverEvent, after the second kill of the controller (k is 0-based), stops the primary slurmctld (its host shut down: it saves
 // its state and exits) and waits until the backup serves, which it does once SlurmctldTimeout has passed without
-// an answer from the primary; after the third kill, it starts the primary again (the bed's "up"), which takes
+// an answer from the primary; after the fourth kill, it starts the primary again (the bed's "up"), which takes
 // control back from the backup. Reservations are being made and prologs wait throughout.
 //
 // Not kill -9: a primary killed loses what it did since it last saved its state, and the backup starts from that

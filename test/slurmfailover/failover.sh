@@ -13,8 +13,8 @@
 # on that slurm.conf.
 #
 # Then the chaos run (test/chaos -slurm-failover, with the flags given): while reservations are made and prologs
-# wait, the primary is stopped after the first kill of the controller, as its host shutting down would (the backup
-# takes control SlurmctldTimeout later: 10 s), and started again after the third (it takes control back). The
+# wait, the primary is stopped after the second kill of the controller, as its host shutting down would (the backup
+# takes control SlurmctldTimeout later: 10 s), and started again after the fourth (it takes control back). The
 # chaos run's checks hold: every job completes, no session leaked or doubled. (Not -9: a killed primary loses what
 # it did since it last saved its state, and jobs with it; slurm.go says what was seen.)
 #
