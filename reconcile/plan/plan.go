@@ -248,16 +248,6 @@ func (rs runReservations) standing(run reconcile.RunID) reconcile.Standing {
 // yielded reports whether run let its pool go while its job was pending (reconcile.Yielded).
 func (rs runReservations) yielded(run reconcile.RunID) bool { return reconcile.Yielded(rs[keyOf(run)]) }
 
-// waiting reports whether run has a reservation whose session is queued at the Juice Controller.
-func (rs runReservations) waiting(run reconcile.RunID) bool {
-	for _, r := range rs[keyOf(run)] {
-		if r.State == reconcile.StateWaiting {
-			return true
-		}
-	}
-	return false
-}
-
 // starved returns the pools in which a run Slurm started waits with its session queued: the look-ahead does not
 // reserve again there a pending run that yielded (reconcile.Yielded) until that run has its GPUs.
 func starved(snap Snapshot, rs runReservations) map[string]bool {
@@ -267,17 +257,18 @@ func starved(snap Snapshot, rs runReservations) map[string]bool {
 		if j.Remainder() || !reconcile.Started(string(j.State)) {
 			continue
 		}
-		if run := runOf(snap.Cluster, &j); rs.waiting(run) {
+		if run := runOf(snap.Cluster, &j); rs.has(run, reconcile.StateWaiting) {
 			m[j.Request.Pool] = true
 		}
 	}
 	return m
 }
 
-// ready reports whether run has a ready reservation: a started run that has one takes no place in the look-ahead.
-func (rs runReservations) ready(run reconcile.RunID) bool {
+// has reports whether run has a reservation in state st: a started run with a ready one takes no place in the
+// look-ahead; one with a waiting one (its session queued) starves its pool (starved).
+func (rs runReservations) has(run reconcile.RunID, st reconcile.State) bool {
 	for _, r := range rs[keyOf(run)] {
-		if r.State == reconcile.StateReady {
+		if r.State == st {
 			return true
 		}
 	}
@@ -312,11 +303,9 @@ func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead, heirs 
 	var unread []error
 	want := map[reconcile.RunID]bool{}
 	hungry := starved(snap, rs)
-	// pending is whether the look-ahead may take run, a pending one of job j: not over, and not one that yielded
-	// its pool to a started run that still waits.
-	pending := func(j *Job, run reconcile.RunID) bool {
-		return rs.standing(run) != reconcile.Over && !(hungry[j.Request.Pool] && rs.yielded(run))
-	}
+	// yieldedHere is whether run, a pending one of job j, yielded its pool to a started run that still waits: the
+	// look-ahead leaves it out.
+	yieldedHere := func(j *Job, run reconcile.RunID) bool { return hungry[j.Request.Pool] && rs.yielded(run) }
 	for id := range snap.Jobs {
 		j := snap.Jobs[id]
 		if j.Remainder() {
@@ -330,7 +319,7 @@ func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead, heirs 
 				continue
 			}
 			for _, t := range tasks {
-				if run := element(snap.Cluster, &j, t); pending(&j, run) {
+				if run := element(snap.Cluster, &j, t); rs.standing(run) != reconcile.Over && !yieldedHere(&j, run) {
 					cands = append(cands, candidate(&j, run, heirs))
 				}
 			}
@@ -342,12 +331,12 @@ func reserve(snap Snapshot, rs runReservations, look reconcile.Lookahead, heirs 
 		}
 		switch j.State {
 		case slurmrest.StatePending:
-			if !j.Held() && pending(&j, run) {
+			if !j.Held() && !yieldedHere(&j, run) {
 				cands = append(cands, candidate(&j, run, heirs))
 			}
 		case slurmrest.StateConfiguring, slurmrest.StateRunning, slurmrest.StateSuspended:
 			want[run] = true
-			if !rs.ready(run) {
+			if !rs.has(run, reconcile.StateReady) {
 				c := candidate(&j, run, nil)
 				c.Started = true
 				cands = append(cands, c)

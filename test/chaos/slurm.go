@@ -106,11 +106,8 @@ func (c *chaos) failoverEvent(ctx context.Context, k int) error {
 
 // eventsLine is the report's row for Slurm's own failures.
 func (c *chaos) eventsLine() string {
-	if !slurmEvents && slurmFailover {
-		return fmt.Sprintf("| Slurm's own failures | %s |\n", strings.Join(c.events, ", "))
-	}
-	if !slurmEvents {
-		return "| Slurm's own failures | none (-slurm-events off) |\n"
+	if !slurmEvents && !slurmFailover {
+		return "| Slurm's own failures | none (-slurm-events and -slurm-failover off) |\n"
 	}
 	return fmt.Sprintf("| Slurm's own failures | %s |\n", strings.Join(c.events, ", "))
 }

@@ -24,6 +24,8 @@ env_file=${JUICE_TESTBED_ENV:-/var/tmp/juice-testbed/env}
 . "$env_file"
 # shellcheck source=../lib/replica.sh
 . "$(dirname "$0")/../lib/replica.sh"
+# shellcheck source=../lib/netns.sh
+. "$(dirname "$0")/../lib/netns.sh"
 TB=$JUICE_TESTBED_DIR
 BIN=${JUICE_SLURM_BIN:-$REPO/bin/juice-slurm}
 SLURM_USER=$JUICE_TESTBED_SLURM_USER
@@ -50,9 +52,7 @@ trap restore EXIT
 
 # net_down removes what net_up made (also what an earlier run killed mid-way left).
 net_down() {
-	local n
-	for n in ctl1 ctl2; do ip netns del jsr-$n 2>/dev/null || true; done
-	ip link del $BR 2>/dev/null || true
+	netns_down $BR jsr-ctl1 jsr-ctl2
 	ip addr del $A/32 dev lo 2>/dev/null || true # where replicas were before they had namespaces
 	ip addr del $B/32 dev lo 2>/dev/null || true
 	pkill -f "^socat TCP-LISTEN:[0-9]*,bind=$HOST," 2>/dev/null || true
@@ -60,17 +60,9 @@ net_down() {
 # net_up NAME ADDRESS...: the bridge (the slurmctld host's side, $HOST) with the relays to the bed's services, and
 # for each NAME a namespace jsr-NAME whose one veth on the bridge has ADDRESS.
 net_up() {
-	ip link add $BR type bridge
-	ip addr add $HOST/24 dev $BR
-	ip link set $BR up
+	netns_bridge $BR $HOST
 	while (($#)); do
-		ip netns add jsr-$1
-		ip link add jsr-$1-h type veth peer name jsr-$1-n
-		ip link set jsr-$1-n netns jsr-$1
-		ip link set jsr-$1-h master $BR up
-		ip -n jsr-$1 link set lo up
-		ip -n jsr-$1 addr add "$2/24" dev jsr-$1-n
-		ip -n jsr-$1 link set jsr-$1-n up
+		netns_host jsr-$1 $BR "$2"
 		shift 2
 	done
 	local port

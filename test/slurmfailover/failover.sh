@@ -26,6 +26,8 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 env_file=${JUICE_TESTBED_ENV:-/var/tmp/juice-testbed/env}
 # shellcheck disable=SC1090
 . "$env_file"
+# shellcheck source=../lib/netns.sh
+. "$(dirname "$0")/../lib/netns.sh"
 TB=$JUICE_TESTBED_DIR
 RUN=$TB/run
 LOG=$TB/log
@@ -38,15 +40,11 @@ command -v socat >/dev/null || fail "socat is missing (test/testbed.sh up instal
 
 backup_pid=""
 relays=()
-net_down() {
-	ip netns del $NS 2>/dev/null || true
-	ip link del $BR 2>/dev/null || true
-}
 restore() {
 	local rc=$?
 	[ -z "$backup_pid" ] || { kill "$backup_pid" 2>/dev/null || true; while kill -0 "$backup_pid" 2>/dev/null; do sleep 0.1; done; }
 	for p in "${relays[@]}"; do kill "$p" 2>/dev/null || true; done
-	net_down
+	netns_down $BR $NS
 	log "slurm.conf back to one slurmctld, the daemons restarted on it"
 	{ env -u JUICE_TESTBED_CTLD_HOSTS bash "$REPO/test/testbed.sh" up && bash "$REPO/test/testbed.sh" wire; } >"$W/restore.log" 2>&1 ||
 		{ log "the test bed did not come back: $(tail -5 "$W/restore.log")"; rc=1; }
@@ -57,17 +55,9 @@ trap restore EXIT
 rm -rf "$W" && install -d -m 0755 "$W"
 
 # The bridge (this host's side is the primary's address) and the backup's namespace.
-net_down
-ip link add $BR type bridge
-ip addr add $HOST/24 dev $BR
-ip link set $BR up
-ip netns add $NS
-ip link add $NS-h type veth peer name $NS-n
-ip link set $NS-n netns $NS
-ip link set $NS-h master $BR up
-ip -n $NS link set lo up
-ip -n $NS addr add $BACKUP/24 dev $NS-n
-ip -n $NS link set $NS-n up
+netns_down $BR $NS
+netns_bridge $BR $HOST
+netns_host $NS $BR $BACKUP
 # Relays on the backup's loopback to what the bed's slurm.conf names at 127.0.0.1: the slurmds and slurmdbd (each
 # listening on every address of this host, the bridge's too).
 ports=$(sed -n 's/^NodeName=.* Port=\([0-9]*\).*/\1/p' "$JUICE_TESTBED_SLURM_CONF")
@@ -101,7 +91,7 @@ for i in $(seq 1 30); do
 done
 log "$(tr '\n' ';' <<<"$out")"
 
-# The chaos run, the primary killed and started again in it.
+# The chaos run, the primary stopped and started again in it.
 cd "$REPO"
 "$GO" run ./test/chaos -slurm-failover "$@"
 log "PASS: the backup slurmctld took over from the stopped primary and gave control back, with reservations and prologs in flight"
