@@ -152,7 +152,14 @@ func (c *Client) Mine(ctx context.Context, cred string) (MineReply, error) {
 	defer cancel()
 	auth := "Munge " + strings.TrimSpace(cred)
 	if hookwire.IsUnix(urls[0]) {
-		return out, hookwire.PostUnix(ctx, hookwire.SocketPath(urls[0]), "/v1/mine", auth, []byte("{}"), &out)
+		raw, err := hookwire.PostUnix(ctx, hookwire.SocketPath(urls[0]), "/v1/mine", auth, []byte("{}"))
+		if err != nil {
+			return out, err
+		}
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return out, fmt.Errorf("/v1/mine: the answer is not JSON: %w", err)
+		}
+		return out, nil
 	}
 	return out, c.callOne(ctx, urls[0], "/v1/mine", auth, []byte("{}"), &out)
 }

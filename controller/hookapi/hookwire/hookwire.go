@@ -8,7 +8,6 @@ package hookwire
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -90,7 +89,7 @@ func IsPermanent(err error) bool {
 }
 
 // PostFunc makes one call to one replica: POST path with the Authorization header auth and the JSON body, the
-// reply's JSON decoded into out; an answer other than 200 is an *HTTPError.
+// reply's JSON decoded into out (a *PrologReply or an *EpilogReply); an answer other than 200 is an *HTTPError.
 type PostFunc func(ctx context.Context, base, path, auth string, body []byte, out any) error
 
 // Client calls the hook API's prolog and epilog.
@@ -124,28 +123,32 @@ func URLs(list string) []string {
 // Prolog asks for the run's session, waiting on the server up to in.WaitSeconds.
 func (c *Client) Prolog(ctx context.Context, in PrologRequest) (PrologReply, error) {
 	var out PrologReply
-	err := c.call(ctx, "/v1/prolog", in, &out, in.WaitSeconds)
+	body, err := encodePrologRequest(in)
+	if err == nil {
+		err = c.call(ctx, "/v1/prolog", body, &out, func(raw []byte) error { return decodePrologReply(raw, &out) }, in.WaitSeconds)
+	}
 	return out, err
 }
 
 // Epilog says the run is finished, waiting on the server up to in.WaitSeconds for the release.
 func (c *Client) Epilog(ctx context.Context, in EpilogRequest) (EpilogReply, error) {
 	var out EpilogReply
-	err := c.call(ctx, "/v1/epilog", in, &out, in.WaitSeconds)
+	body, err := encodeEpilogRequest(in)
+	if err == nil {
+		err = c.call(ctx, "/v1/epilog", body, &out, func(raw []byte) error { return decodeEpilogReply(raw, &out) }, in.WaitSeconds)
+	}
 	return out, err
 }
 
 // callSlack is how much longer than the server's wait a call may take: the answer's round trip.
 const callSlack = 5 * time.Second
 
-func (c *Client) call(ctx context.Context, path string, in, out any, waitSeconds float64) error {
+// call makes one call, body its request (codec.go): out is the reply that Post (a replica over TLS) fills, decode
+// what fills it from a unix: replica's answer.
+func (c *Client) call(ctx context.Context, path string, body []byte, out any, decode func([]byte) error, waitSeconds float64) error {
 	secret, err := c.Secret.Value()
 	if err != nil {
 		return fmt.Errorf("hook secret: %w", err)
-	}
-	body, err := json.Marshal(in)
-	if err != nil {
-		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(waitSeconds*float64(time.Second))+callSlack)
 	defer cancel()
@@ -159,7 +162,7 @@ func (c *Client) call(ctx context.Context, path string, in, out any, waitSeconds
 	var errs []string
 	for i := range urls {
 		n := (first + i) % len(urls)
-		err := c.callOne(ctx, urls[n], path, "Bearer "+secret, body, out)
+		err := c.callOne(ctx, urls[n], path, "Bearer "+secret, body, out, decode)
 		if !unavailable(ctx, err) || i == len(urls)-1 {
 			if err == nil || len(errs) == 0 {
 				c.mu.Lock()
@@ -175,9 +178,16 @@ func (c *Client) call(ctx context.Context, path string, in, out any, waitSeconds
 	panic("unreachable: the last replica's answer returns")
 }
 
-func (c *Client) callOne(ctx context.Context, base, path, auth string, body []byte, out any) error {
+func (c *Client) callOne(ctx context.Context, base, path, auth string, body []byte, out any, decode func([]byte) error) error {
 	if IsUnix(base) {
-		return PostUnix(ctx, SocketPath(base), path, auth, body, out)
+		raw, err := PostUnix(ctx, SocketPath(base), path, auth, body)
+		if err != nil {
+			return err
+		}
+		if err := decode(raw); err != nil {
+			return fmt.Errorf("%s: the answer is not the hook API's JSON: %w", path, err)
+		}
+		return nil
 	}
 	if c.Post == nil {
 		return &HTTPError{Path: path, Code: 400, Message: fmt.Sprintf("refusing to send the hook secret to %s: "+
@@ -199,31 +209,29 @@ func unavailable(ctx context.Context, err error) bool {
 	return err != nil
 }
 
-// PostUnix makes one call to the hook API on the Unix socket at sock (DialUnix proves its listener first). It
-// speaks HTTP/1.0, so that the answer is never chunked and ends where the connection does: a few lines of code
-// instead of an HTTP client whose package inits would cost every prolog more than the call.
-func PostUnix(ctx context.Context, sock, path, auth string, body []byte, out any) error {
+// PostUnix makes one call to the hook API on the Unix socket at sock (DialUnix proves its listener first) and
+// returns the body of its answer; an answer other than 200 is an *HTTPError. It speaks HTTP/1.0, so that the
+// answer is never chunked and ends where the connection does: a few lines of code instead of an HTTP client whose
+// package inits would cost every prolog more than the call.
+func PostUnix(ctx context.Context, sock, path, auth string, body []byte) ([]byte, error) {
 	conn, err := DialUnix(ctx, sock)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer conn.Close()
 	req := "POST " + path + " HTTP/1.0\r\nHost: hook-socket\r\nAuthorization: " + auth +
 		"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
 	if _, err := conn.Write(append([]byte(req), body...)); err != nil {
-		return wrapCtx(ctx, fmt.Errorf("%s: %w", path, err))
+		return nil, wrapCtx(ctx, fmt.Errorf("%s: %w", path, err))
 	}
 	code, raw, err := readResponse(bufio.NewReader(conn))
 	if err != nil {
-		return wrapCtx(ctx, fmt.Errorf("%s: %w", path, err))
+		return nil, wrapCtx(ctx, fmt.Errorf("%s: %w", path, err))
 	}
 	if code != 200 {
-		return &HTTPError{Path: path, Code: code, Message: strings.TrimSpace(string(raw))}
+		return nil, &HTTPError{Path: path, Code: code, Message: strings.TrimSpace(string(raw))}
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("%s: the answer is not JSON: %w", path, err)
-	}
-	return nil
+	return raw, nil
 }
 
 // wrapCtx adds the context's error to err when the context ended: the caller sees why the call stopped. A kernel

@@ -75,19 +75,18 @@ func TestPostUnixEndsWithItsContext(t *testing.T) {
 			defer c.Close() // held open, never answered
 		}
 	}()
-	var out struct{}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err = PostUnix(ctx, sock, "/v1/prolog", "Bearer x", []byte("{}"), &out)
+	_, err = PostUnix(ctx, sock, "/v1/prolog", "Bearer x", []byte("{}"))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	ctx, cancel = context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	err = PostUnix(ctx, sock, "/v1/prolog", "Bearer x", []byte("{}"), &out)
+	_, err = PostUnix(ctx, sock, "/v1/prolog", "Bearer x", []byte("{}"))
 	require.ErrorIs(t, err, context.Canceled)
 
 	// Nobody listening: an error naming the socket, at once.
 	ln.Close()
-	err = PostUnix(context.Background(), sock, "/v1/prolog", "Bearer x", []byte("{}"), &out)
+	_, err = PostUnix(context.Background(), sock, "/v1/prolog", "Bearer x", []byte("{}"))
 	require.ErrorContains(t, err, sock)
 }
