@@ -289,7 +289,7 @@ func (c *chaos) disturb(ctx context.Context, startCtl func() error, nJobs, nKill
 	var ids []uint32
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for i := 0; i < nJobs; i++ {
-		args := []string{"--parsable", "--requeue", "-o", c.jobOut(), "--job-name", fmt.Sprintf("chaos-%d", i), "--juice-pool=test"}
+		args := []string{"--parsable", "--requeue", "-o", c.jobOut("out"), "-e", c.jobOut("err"), "--job-name", fmt.Sprintf("chaos-%d", i), "--juice-pool=test"}
 		switch rng.IntN(3) {
 		case 0:
 			args = append(args, "--juice-gpu-count=2")
@@ -753,12 +753,14 @@ func (c *chaos) handoffFiles() (policy, outDir string, err error) {
 	return policy, outDir, nil
 }
 
-// jobOut is a job's -o: with -handoff its file in outDir (its last run's session), else nothing.
-func (c *chaos) jobOut() string {
+// jobOut is a job's -o (kind "out") or -e ("err"): with -handoff its file in outDir, else nothing. Its standard
+// output holds only the session its tasks got (checkOwnSessions); what slurmstepd writes goes to the other file
+// (seen on 24.11 with munged restarted under a job: "slurmstepd-...: error: Munge encode failed ...").
+func (c *chaos) jobOut(kind string) string {
 	if c.outDir == "" {
 		return "/dev/null"
 	}
-	return c.env.JobPath(filepath.Join(c.outDir, "job-%j.out"))
+	return c.env.JobPath(filepath.Join(c.outDir, "job-%j."+kind))
 }
 
 // checkOwnSessions checks, with -handoff, that every completed job's tasks ran on the session of its own last run
