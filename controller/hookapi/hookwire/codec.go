@@ -21,13 +21,7 @@ import (
 
 // encodePrologRequest is in as JSON.
 func encodePrologRequest(in PrologRequest) ([]byte, error) {
-	b := make([]byte, 0, 96+len(in.Cluster))
-	b = append(b, `{"cluster":`...)
-	b = appendString(b, in.Cluster)
-	b = append(b, `,"job_id":`...)
-	b = strconv.AppendUint(b, uint64(in.JobID), 10)
-	b = append(b, `,"run":`...)
-	b = strconv.AppendInt(b, int64(in.Run), 10)
+	b := appendRun(make([]byte, 0, 96+len(in.Cluster)), in.Cluster, in.JobID, in.Run)
 	b = append(b, `,"wait_seconds":`...)
 	b, err := appendFloat(b, in.WaitSeconds)
 	return append(b, '}'), err
@@ -35,13 +29,7 @@ func encodePrologRequest(in PrologRequest) ([]byte, error) {
 
 // encodeEpilogRequest is in as JSON; an empty exit code is left out, as its omitempty tag says.
 func encodeEpilogRequest(in EpilogRequest) ([]byte, error) {
-	b := make([]byte, 0, 112+len(in.Cluster)+len(in.ExitCode))
-	b = append(b, `{"cluster":`...)
-	b = appendString(b, in.Cluster)
-	b = append(b, `,"job_id":`...)
-	b = strconv.AppendUint(b, uint64(in.JobID), 10)
-	b = append(b, `,"run":`...)
-	b = strconv.AppendInt(b, int64(in.Run), 10)
+	b := appendRun(make([]byte, 0, 112+len(in.Cluster)+len(in.ExitCode)), in.Cluster, in.JobID, in.Run)
 	if in.ExitCode != "" {
 		b = append(b, `,"exit_code":`...)
 		b = appendString(b, in.ExitCode)
@@ -49,6 +37,16 @@ func encodeEpilogRequest(in EpilogRequest) ([]byte, error) {
 	b = append(b, `,"wait_seconds":`...)
 	b, err := appendFloat(b, in.WaitSeconds)
 	return append(b, '}'), err
+}
+
+// appendRun opens a request's object with the run it names.
+func appendRun(b []byte, cluster string, job uint32, run int) []byte {
+	b = append(b, `{"cluster":`...)
+	b = appendString(b, cluster)
+	b = append(b, `,"job_id":`...)
+	b = strconv.AppendUint(b, uint64(job), 10)
+	b = append(b, `,"run":`...)
+	return strconv.AppendInt(b, int64(run), 10)
 }
 
 // appendFloat writes f as a JSON number; NaN and the infinities have none.
@@ -99,12 +97,8 @@ func appendString(b []byte, s string) []byte {
 func decodePrologReply(data []byte, out *PrologReply) error {
 	return readObject(data, func(name string, v value) error {
 		switch name {
-		case "outcome":
-			return v.stringInto(name, &out.Outcome)
-		case "state":
-			return v.stringInto(name, &out.State)
-		case "reason":
-			return v.stringInto(name, &out.Reason)
+		case "outcome", "state", "reason":
+			return v.stringInto(name, outcomeField(name, &out.Outcome, &out.State, &out.Reason))
 		case "file":
 			return v.stringInto(name, &out.File)
 		case "session":
@@ -130,15 +124,22 @@ func decodePrologReply(data []byte, out *PrologReply) error {
 func decodeEpilogReply(data []byte, out *EpilogReply) error {
 	return readObject(data, func(name string, v value) error {
 		switch name {
-		case "outcome":
-			return v.stringInto(name, &out.Outcome)
-		case "state":
-			return v.stringInto(name, &out.State)
-		case "reason":
-			return v.stringInto(name, &out.Reason)
+		case "outcome", "state", "reason":
+			return v.stringInto(name, outcomeField(name, &out.Outcome, &out.State, &out.Reason))
 		}
 		return nil
 	})
+}
+
+// outcomeField is the field of both replies that name ("outcome", "state" or "reason") names.
+func outcomeField(name string, outcome, state, reason *string) *string {
+	switch name {
+	case "outcome":
+		return outcome
+	case "state":
+		return state
+	}
+	return reason
 }
 
 // value is one member's value as readObject found it: a string (unescaped), null, or something else (a number,
