@@ -111,10 +111,15 @@ func main() {
 	flag.IntVar(&soakQueue, "soak-queue", 20, "with -soak: the jobs that may wait or run at once")
 	flag.BoolVar(&slurmFailover, "slurm-failover", false, "stop the primary slurmctld after the second kill of the controller (the backup takes over) and start it again after the fourth (slurm.go; test/slurmfailover/failover.sh sets the backup up)")
 	flag.BoolVar(&slurmEvents, "slurm-events", false, "also reconfigure slurmctld, restart munged and restart slurmctld during the run (slurm.go)")
+	flag.StringVar(&slurmEventsSkip, "slurm-events-skip", "", "with -slurm-events: leave out these events, comma-separated (reconfigure, munged, slurmctld), each said in the report")
 	flag.DurationVar(&dbdOutage, "dbd-outage", 60*time.Second, "how long slurmdbd is stopped, after a restart of it early in the run (on a bed with accounting); 0 leaves slurmdbd alone")
 	flag.BoolVar(&handoff, "handoff", true, "session hand-off on in pool test (the controller's copy of the bed's policy); every job writes the session it ran on, checked to be its own run's")
 	flag.BoolVar(&pgFailover, "pg-failover", false, "run on test/pgpair.sh's primary and standby (up already) and promote the standby after the second kill, instead of restarting PostgreSQL")
 	flag.Parse()
+	if err := checkSkip(); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(2)
+	}
 	if *juiceSide == "legacy" {
 		env, err := testbed.Load(legacyEnvFile())
 		if err != nil {
