@@ -211,6 +211,10 @@ type Controller struct {
 	retuned chan struct{} // wakes the leader's loop after Retune
 	// listen, when set, replaces the hub's LISTEN connection (tests hold a reconnect back with it).
 	listen func(ctx context.Context) (*pgx.Conn, error)
+	// strands watches the state directory for stranded runs between two sweeps (sweepFiles).
+	strandsMu     sync.Mutex
+	strands       sweep.Strands
+	strandsProven bool // strands has seen a running job's file: said once in the log
 }
 
 // Run serves until ctx ends, leading when it holds the lease.
@@ -553,8 +557,30 @@ func (c *Controller) sweepFiles(ctx context.Context) {
 	if c.Config.StateDir == "" {
 		return
 	}
-	if _, err := sweep.Files(ctx, c.Store, &session.StateDir{Path: c.Config.StateDir}, c.Log.WithName("sweep")); err != nil {
+	dir := &session.StateDir{Path: c.Config.StateDir}
+	if _, err := sweep.Files(ctx, c.Store, dir, c.Log.WithName("sweep")); err != nil {
 		c.Log.Error(err, "sweep of the state directory failed")
+	}
+	// Runs Slurm runs without their session file (reconcile.Stranded) end as runs that lost their session.
+	c.strandsMu.Lock()
+	defer c.strandsMu.Unlock()
+	wasProven := c.strandsProven
+	stranded, proven, err := c.strands.Look(ctx, c.Store, dir, time.Now())
+	if err != nil {
+		c.Log.Error(err, "look for stranded runs failed")
+		return
+	}
+	if c.strandsProven = proven; proven && !wasProven {
+		c.Log.Info("the state directory holds the session file of a running job: runs without theirs are looked for",
+			"stateDir", c.Config.StateDir)
+	}
+	ja := &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
+	for _, t := range stranded {
+		c.Log.Info("a run's job runs without its session file: ending it", "job", t.Run.JobID, "run", t.Run.Run,
+			"reservation", t.ID, "missingFor", reconcile.StrandedAfter.String()+" or more")
+		if err := ja.EndStranded(ctx, t.ID); err != nil {
+			c.Log.Error(err, "cannot end a stranded run's job", "job", t.Run.JobID, "run", t.Run.Run)
+		}
 	}
 }
 

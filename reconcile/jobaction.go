@@ -1,6 +1,10 @@
 package reconcile
 
-import "github.com/juice-slurm/juice-slurm/reconcile/policy"
+import (
+	"time"
+
+	"github.com/juice-slurm/juice-slurm/reconcile/policy"
+)
 
 // A JobAction is what Slurm should be asked to do for a reservation's job.
 type JobAction int
@@ -70,4 +74,26 @@ func LostSessionAction(batch bool) JobAction {
 		return JobRequeue
 	}
 	return JobCancel
+}
+
+// StrandedAfter is how long a run must be seen wanting its session file (WantsFile) without one before it is taken
+// for stranded: the prolog renames the file into place before it exits, so a job past its prolog has it at once; a
+// minute covers an epilog that removed it as its job ended until the poller sees the end, and a state directory
+// read while a rename was under way.
+const StrandedAfter = time.Minute
+
+// WantsFile reports whether a run's session file must lie in the state directory: its reservation is ready, its run
+// not over, and its job, as the poller last saw it, RUNNING, that is past its PrologSlurmctld, which writes the file
+// before it ends.
+func WantsFile(t Tracked) bool {
+	return t.State == StateReady && !t.RunOver && !t.HasEnd && t.JobState == "RUNNING" && t.Run.JobID != 0
+}
+
+// Stranded is the one decision that a run is stranded: it has wanted its session file (WantsFile) since
+// missingSince without one, for StrandedAfter or longer. Slurm runs its job although its PrologSlurmctld never wrote
+// the file, so no task of it can have its GPUs: seen on Slurm 26.05, whose slurmctld, stopped or reconfigured,
+// kills the waiting prologs, counts them done and recovers a batch step it never launched (docs/admin.md section
+// 7). Such a job is ended as one whose session was lost (LostSessionAction): a batch job is requeued and runs again.
+func Stranded(t Tracked, missingSince, now time.Time) bool {
+	return WantsFile(t) && !missingSince.IsZero() && now.Sub(missingSince) >= StrandedAfter
 }

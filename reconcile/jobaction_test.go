@@ -3,6 +3,8 @@ package reconcile
 import (
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestDecideJob(t *testing.T) {
@@ -62,5 +64,31 @@ func TestDecideJobLostSession(t *testing.T) {
 	}
 	if LostSessionAction(true) != JobRequeue || LostSessionAction(false) != JobCancel {
 		t.Errorf("batch -> requeue, interactive -> cancel")
+	}
+}
+
+// A run is stranded only when its job is past its prolog (RUNNING), its reservation ready, its run not over, and
+// its file has been missing for StrandedAfter: never a job still in its prolog, ended, or not served.
+func TestStranded(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	run := Tracked{Run: RunID{Cluster: "c", JobID: 7}, State: StateReady, JobState: "RUNNING"}
+	require.True(t, WantsFile(run))
+	require.True(t, Stranded(run, now.Add(-StrandedAfter), now))
+	require.False(t, Stranded(run, now.Add(-StrandedAfter+time.Second), now), "missing for less than StrandedAfter")
+	require.False(t, Stranded(run, time.Time{}, now), "never seen missing")
+	for name, change := range map[string]func(*Tracked){
+		"in its prolog":   func(t *Tracked) { t.JobState = "CONFIGURING" },
+		"pending":         func(t *Tracked) { t.JobState = "PENDING" },
+		"completing":      func(t *Tracked) { t.JobState = "COMPLETING" },
+		"ended":           func(t *Tracked) { t.HasEnd = true },
+		"run over":        func(t *Tracked) { t.RunOver = true },
+		"not ready":       func(t *Tracked) { t.State = StateWaiting },
+		"releasing":       func(t *Tracked) { t.State = StateReleasing },
+		"unbound element": func(t *Tracked) { t.Run = RunID{Cluster: "c", ArrayJobID: 5, ArrayTaskID: 1} },
+	} {
+		r := run
+		change(&r)
+		require.False(t, WantsFile(r), name)
+		require.False(t, Stranded(r, now.Add(-time.Hour), now), name)
 	}
 }

@@ -1,6 +1,7 @@
 // Package jobactor is the one actor on Slurm's jobs: it carries out reconcile.DecideJob for each reservation the
 // leader hands it (a requeued run begins at once when its session is ready, a waiting run's job tells why, a run
-// that lost its session is requeued or cancelled).
+// that lost its session is requeued or cancelled), and ends the jobs of runs the leader's sweep finds stranded
+// (reconcile.Stranded: Slurm runs them without their session file).
 package jobactor
 
 import (
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,6 +120,30 @@ func (a *Actor) observeSlurm(op string, err error) {
 // lostSession requeues or cancels a job whose run lost its session, once: only while Slurm still runs that very
 // run (after a requeue the job has a new run, and an ended job needs nothing).
 func (a *Actor) lostSession(ctx context.Context, r *reconcile.Reservation) error {
+	return a.end(ctx, r, "the job's GPUs are gone: "+sanitizeLine(r.Status.FailReason), r.Status.FailReason,
+		slurmrest.StateRunning, slurmrest.StateConfiguring, slurmrest.StateSuspended)
+}
+
+// strandedReason is what the user and the log are told of a stranded run (reconcile.Stranded).
+const strandedReason = "Slurm runs the job although its PrologSlurmctld never wrote its session file (Slurm 26.05 " +
+	"does so after slurmctld stopped or was reconfigured during the prolog): no task of it can have its GPUs"
+
+// EndStranded requeues or cancels the job of reservation id, a run the state directory's watch found stranded
+// (reconcile.Stranded), as one whose session was lost: only while Slurm still shows that very run RUNNING.
+func (a *Actor) EndStranded(ctx context.Context, id uuid.UUID) error {
+	r, err := a.Store.Get(ctx, id)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return a.end(ctx, &r, strandedReason, "stranded: no session file while its job runs", slurmrest.StateRunning)
+}
+
+// end requeues a batch job or cancels an interactive one, saying why, when Slurm still runs r's very run in one of
+// the states (after a requeue the job has a new run, and an ended job needs nothing).
+func (a *Actor) end(ctx context.Context, r *reconcile.Reservation, why, logReason string, states ...slurmrest.JobState) error {
 	log := a.Log.WithValues("job", r.Run.JobID, "run", r.Run.Run)
 	j, err := a.Slurm.GetJob(ctx, r.Run.JobID)
 	a.observeSlurm("get_job", err)
@@ -125,16 +151,15 @@ func (a *Actor) lostSession(ctx context.Context, r *reconcile.Reservation) error
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("read job %d whose session was lost: %w", r.Run.JobID, err)
+		return fmt.Errorf("read job %d to end its run: %w", r.Run.JobID, err)
 	}
-	if j.Run != r.Run.Run || j.State != slurmrest.StateRunning && j.State != slurmrest.StateConfiguring && j.State != slurmrest.StateSuspended {
+	if j.Run != r.Run.Run || !slices.Contains(states, j.State) {
 		return nil
 	}
 	if a.Ender == nil {
-		log.Info("the run lost its session but nothing here can requeue or cancel jobs", "reason", r.Status.FailReason)
+		log.Info("the run cannot go on but nothing here can requeue or cancel jobs", "reason", logReason)
 		return nil
 	}
-	why := "the job's GPUs are gone: " + sanitizeLine(r.Status.FailReason)
 	action := reconcile.LostSessionAction(j.Batch)
 	switch action {
 	case reconcile.JobRequeue:
@@ -160,9 +185,9 @@ func (a *Actor) lostSession(ctx context.Context, r *reconcile.Reservation) error
 		err = a.Ender.Cancel(ctx, j.ID)
 	}
 	if err != nil {
-		return fmt.Errorf("%s job %d after its session was lost: %w", action, j.ID, err)
+		return fmt.Errorf("%s job %d: %w", action, j.ID, err)
 	}
-	log.Info("the run lost its session", "action", action.String(), "reason", r.Status.FailReason)
+	log.Info("the run cannot go on: its job is ended", "action", action.String(), "reason", logReason)
 	return nil
 }
 

@@ -86,3 +86,56 @@ func beganNow(s *fakeslurm.Slurm) int {
 	}
 	return n
 }
+
+// ender records the actor's requests.
+type ender struct{ calls []string }
+
+func (e *ender) Requeue(_ context.Context, job uint32) error {
+	e.calls = append(e.calls, "requeue")
+	return nil
+}
+func (e *ender) Cancel(_ context.Context, job uint32) error {
+	e.calls = append(e.calls, "cancel")
+	return nil
+}
+func (e *ender) Notify(_ context.Context, job uint32, msg string) error {
+	e.calls = append(e.calls, "notify "+msg)
+	return nil
+}
+
+// A stranded run's batch job is requeued, its user told why, only while Slurm shows that very run RUNNING: not a
+// job back in its prolog (Slurm ran it again), nor one of a later run, nor an ended one.
+func TestEndStrandedRequeuesOnlyTheRunningRun(t *testing.T) {
+	ctx := context.Background()
+	id := uuid.New()
+	st := memStore{id: {ID: id, Run: reconcile.RunID{Cluster: "c1", JobID: 9}, Request: request.Request{Pool: "test", GPUs: 1},
+		Spec:   reconcile.Spec{Wanted: true, JobState: "RUNNING"},
+		Status: reconcile.Status{State: reconcile.StateReady, SessionID: "s1", ReadyAt: time.Now()}}}
+	for name, tc := range map[string]struct {
+		state slurmrest.JobState
+		run   int
+		want  []string
+	}{
+		"running":       {slurmrest.StateRunning, 0, []string{"notify", "requeue"}},
+		"in its prolog": {slurmrest.StateConfiguring, 0, nil},
+		"a later run":   {slurmrest.StateRunning, 1, nil},
+		"ended":         {slurmrest.StateCompleted, 0, nil},
+	} {
+		slurm := fakeslurm.New()
+		j := fakeslurm.JuiceJob(9, tc.run, tc.state, "juice:v1:pool=test,gpus=1")
+		slurm.Set(j)
+		e := &ender{}
+		a := &Actor{Store: st, Slurm: slurm, Log: logr.Discard(), Ender: e}
+		require.NoError(t, a.EndStranded(ctx, id), name)
+		var got []string
+		for _, c := range e.calls {
+			if len(c) > 7 && c[:7] == "notify " {
+				require.Contains(t, c, "never wrote its session file", name)
+				c = "notify"
+			}
+			got = append(got, c)
+		}
+		require.Equal(t, tc.want, got, name)
+	}
+	require.NoError(t, (&Actor{Store: memStore{}, Log: logr.Discard()}).EndStranded(ctx, uuid.New()), "a reservation gone: nothing")
+}

@@ -43,6 +43,7 @@ var world struct {
 	simToken   string
 	simAdmin   testworld.SimAdmin
 	controller *exec.Cmd
+	sim        *exec.Cmd // juice-sim's process (nil with the legacy controller)
 	ctlLog     string
 	policy     string // the controller's site policy: the bed's, with hand-off on in pool demo
 	slurm      *slurmrest.Client
@@ -131,6 +132,7 @@ func runAll(m *testing.M) int {
 	if err := testbed.StartLogged(sim, simLog); err != nil {
 		return fail("start juice-sim: %v", err)
 	}
+	world.sim = sim
 	defer testbed.StopProcess(sim)
 	if err := testbed.WaitHTTP("http://"+simAddr+"/healthz", 20*time.Second); err != nil {
 		return fail("juice-sim: %v\n%s", err, tail(simLog))
