@@ -306,9 +306,9 @@ chaos: build
 # Issue 25 item 2: a backup slurmctld (a second SlurmctldHost, in a network and UTS namespace of its own) takes over
 # from the primary stopped in the middle of a chaos run, and gives control back when the primary starts again
 # (test/slurmfailover/failover.sh), on each release's bed in turn, under its lock (about 4 minutes each).
-# CHAOS_OUT=1 keeps the figures in test/results/chaos-slurm-failover-RELEASE.md. Not 26.05 by default: its slurmctld,
-# stopped, kills the waiting prologs and recovers their jobs RUNNING with nothing launched (docs/admin.md section 7).
-FAILOVER_RELEASES ?= 22.05 24.11
+# CHAOS_OUT=1 keeps the figures in test/results/chaos-slurm-failover-RELEASE.md. On 26.05 the primary, stopped,
+# strands the jobs whose prologs wait, and the controller requeues them (docs/admin.md section 7).
+FAILOVER_RELEASES ?= 22.05 24.11 26.05
 chaos-slurm-failover: build
 	@set -e; for r in $(FAILOVER_RELEASES); do \
 		case $$r in 22.05) lock=$(HOST_LOCK); bed="bash test/testbed.sh";; \

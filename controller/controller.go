@@ -571,7 +571,7 @@ func (c *Controller) sweepFiles(ctx context.Context) {
 		return
 	}
 	if c.strandsProven = proven; proven && !wasProven {
-		c.Log.Info("the state directory holds the session file of a running job: runs without theirs are looked for",
+		c.Log.Info("the state directory is the hooks' (their mark, or a running job's file there): runs without theirs are looked for",
 			"stateDir", c.Config.StateDir)
 	}
 	ja := &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/reconcile/session/filename"
 )
 
 // TrackedStore lists the open runs as the poller compares them with Slurm (store.Store).
@@ -21,13 +23,20 @@ type TrackedStore interface {
 // prolog with no session file. It remembers, between two looks, since when each run has wanted its file without
 // one. It is the leader's, looked at with the file sweep.
 //
-// It names no run until it has seen, in the directory, the file of at least one run that wanted it: only then is
-// it known to be the directory the hooks write to. A controller whose state-dir is a directory of its own host that
-// the hooks never write to (a controller on another host, say) would otherwise take every running job for stranded.
+// It names no run until the directory is proven to be the one the hooks write to: it has seen there the file of a
+// run that wanted it, now or before (ProvenMarker). A controller whose state-dir is a directory of its own host
+// that the hooks never write to (a controller on another host, say) would otherwise take every running job for
+// stranded.
 type Strands struct {
 	missing map[uuid.UUID]time.Time
 	proven  bool
 }
+
+// ProvenMarker is the file that proves the directory (filename.HooksMark): the prolog leaves it beside the session
+// files it writes, and the watch too once it has seen a running job's file, so that the proof outlives the process
+// and passes to the next leader. After a restart of slurmctld on 26.05 every running Juice job may be stranded at
+// once, with no file left to prove the directory by (seen in chaos runs: 13 jobs and none other running).
+const ProvenMarker = filename.HooksMark
 
 // Look lists the state directory and the open runs at now, and returns the runs stranded (reconcile.Stranded),
 // and whether the directory is proven to be the hooks'.
@@ -48,7 +57,11 @@ func (s *Strands) Look(ctx context.Context, st TrackedStore, dir *session.StateD
 		run int
 	}
 	have := make(map[jobRun]bool, len(entries))
+	marked := false
 	for _, e := range entries {
+		if e.Name() == ProvenMarker {
+			marked = true
+		}
 		if job, run, ok := session.ParseFileName(e.Name()); ok {
 			have[jobRun{job, run}] = true
 		}
@@ -74,6 +87,14 @@ func (s *Strands) Look(ctx context.Context, st TrackedStore, dir *session.StateD
 	for id := range s.missing {
 		if !wanting[id] {
 			delete(s.missing, id)
+		}
+	}
+	if marked {
+		s.proven = true
+	} else if s.proven {
+		// Proven now: said in the directory for the next process. A failure only leaves the proof to be made again.
+		if f, err := os.OpenFile(filepath.Join(dir.Path, ProvenMarker), os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+			f.Close()
 		}
 	}
 	if !s.proven {

@@ -71,11 +71,24 @@ func TestStrandsNamesARunningJobWithoutItsFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []reconcile.Tracked{b}, got)
 
+	// The proof is left in the directory: a new watch (the next leader, after a restart) looks at once, although
+	// no running job has its file now.
+	_, err = os.Stat(filepath.Join(dir, ProvenMarker))
+	require.NoError(t, err, "the marker")
+	require.NoError(t, os.Remove(filepath.Join(dir, session.FileName(session.Binding{JobID: 1}))))
+	var next Strands
+	_, proven, err = next.Look(ctx, st, sd, t0)
+	require.NoError(t, err)
+	require.True(t, proven, "proven by the marker")
+	got, _, err = next.Look(ctx, st, sd, t0.Add(reconcile.StrandedAfter))
+	require.NoError(t, err)
+	require.ElementsMatch(t, []reconcile.Tracked{a, b}, got, "every running job without its file, once proven")
+
 	// The job ended meanwhile (the epilog removed its file): forgotten.
 	ended := b
 	ended.JobState = "COMPLETING"
 	got, _, err = s.Look(ctx, trackedStore{a, ended, inProlog}, sd, t0.Add(2*reconcile.StrandedAfter))
 	require.NoError(t, err)
 	require.Empty(t, got)
-	require.Len(t, s.missing, 0)
+	require.NotContains(t, s.missing, b.ID, "the ended job is forgotten")
 }

@@ -322,8 +322,20 @@ func (h *hook) writeSession(name string, data []byte) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
+		return err
 	}
-	return err
+	h.markDir()
+	return nil
+}
+
+// markDir leaves filename.HooksMark in the state directory, once: the controller then knows it is the directory the
+// hooks write to, and looks for runs Slurm runs without their file there (reconcile.Stranded). One system call,
+// which finds the file there at every later prolog; a failure is no prolog's concern.
+func (h *hook) markDir() {
+	fd, err := syscall.Open(filepath.Join(h.stateDir, filename.HooksMark), syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+	if err == nil {
+		syscall.Close(fd)
+	}
 }
 
 func (h *hook) removeSession() {

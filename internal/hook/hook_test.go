@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
+	"github.com/juice-slurm/juice-slurm/reconcile/session/filename"
 )
 
 // fakeAPI is a scripted hook API: each call gets the next answer of the script (the last one repeats).
@@ -121,7 +122,12 @@ func TestPrologWritesTheSessionAtomically(t *testing.T) {
 	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 	entries, err := os.ReadDir(w.stateDir)
 	require.NoError(t, err)
-	require.Len(t, entries, 1, "no temporary file is left")
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.Equal(t, []string{filename.HooksMark, "42.1.session"}, names,
+		"no temporary file is left; the mark that tells the controller this is the hooks' directory is")
 	require.Equal(t, []hookapi.PrologRequest{{Cluster: "c1", JobID: 42, Run: 1, WaitSeconds: 2}},
 		roundWaits(w.api.prologs), "the hook names its run, and nothing else")
 }
@@ -214,7 +220,7 @@ func TestPrologOutcomes(t *testing.T) {
 		}
 		want := []string{".42.1.session.tmp5", "420.1.session", "43.1.session"}
 		if name == "ready" {
-			want = []string{".42.1.session.tmp5", "42.1.session", "420.1.session", "43.1.session"}
+			want = []string{".42.1.session.tmp5", filename.HooksMark, "42.1.session", "420.1.session", "43.1.session"}
 			got, err := os.ReadFile(filepath.Join(w.stateDir, "42.1.session"))
 			require.NoError(t, err)
 			require.Equal(t, sealed, got, "the run's own file replaces the leftover")

@@ -30,9 +30,10 @@ func TestSlurmctldRestartDuringAPrologLosesNoJob(t *testing.T) {
 		t.Skip("needs juice-sim's process to hold the session back (not the legacy controller)")
 	}
 	s := openStore(t)
-	// The controller looks for stranded runs once it has seen a running job's session file in the state directory
-	// (sweep.Strands): a Juice job runs throughout, and the test goes on once a controller has said so (the log may
-	// hold an earlier controller's line too: the one running now sees this job's file at its next sweep anyway).
+	// The controller looks for stranded runs once the state directory is proven the hooks' (sweep.Strands: the
+	// prolog's mark, or a running job's file there): a Juice job runs throughout, whose prolog leaves the mark on a
+	// bed that has none yet, and the test goes on once a controller has said so (the log may hold an earlier
+	// controller's line too: the one running now finds the mark at its next sweep anyway).
 	prover := sbatch(t, "--juice-pool=test", "-o", "/dev/null", "--wrap", "sleep 600")
 	t.Cleanup(func() { _, _ = slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(prover))) })
 	waitFor(t, 90*time.Second, "the controller has seen a running job's session file", func() bool {

@@ -55,3 +55,9 @@ func canonical(s string, max int) bool {
 	}
 	return true
 }
+
+// HooksMark is the empty file the prolog leaves beside the session files it writes (and the controller, once it
+// has seen one of them): it proves to the controller that this directory is the one the hooks write to, which it
+// must know before it takes a running job without its file for stranded (reconcile.Stranded). No hook, plugin or
+// sweep reads a name that Parse does not take.
+const HooksMark = ".juice-slurm-hooks-write-here"
