@@ -212,9 +212,8 @@ type Controller struct {
 	// listen, when set, replaces the hub's LISTEN connection (tests hold a reconnect back with it).
 	listen func(ctx context.Context) (*pgx.Conn, error)
 	// strands watches the state directory for stranded runs between two sweeps (sweepFiles).
-	strandsMu     sync.Mutex
-	strands       sweep.Strands
-	strandsProven bool // strands has seen a running job's file: said once in the log
+	strandsMu sync.Mutex
+	strands   sweep.Strands
 }
 
 // Run serves until ctx ends, leading when it holds the lease.
@@ -455,7 +454,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 			p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
 				Handoff: c.Config.Policy.Handoff, Pace: c.Config.ListPace, TrustComment: c.Config.TrustComment,
 				Log: c.Log.WithName("poll"), Metrics: c.Metrics, Enqueue: enqueue}
-			ja := &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
+			ja := c.jobActor()
 			juice := juiceport.New(c.Juice)
 			rc := &reconcile.Reconciler{Store: c.Store, Juice: juice, Key: c.Key, Log: c.Log.WithName("reconcile"),
 				WaitPoll: c.Config.WaitPoll, ReadyCheck: c.Config.ReadyCheck, OnReady: c.Metrics.observeReady, Policy: c.Config.Policy,
@@ -552,6 +551,11 @@ func (c *Controller) sweep(ctx context.Context) {
 	c.sweepFiles(ctx)
 }
 
+// jobActor is a new actor on Slurm's jobs (jobactor.Actor): each term's, and the stranded runs' ender.
+func (c *Controller) jobActor() *jobactor.Actor {
+	return &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
+}
+
 // sweepFiles removes the stale session files of the state directory, when it is on this host.
 func (c *Controller) sweepFiles(ctx context.Context) {
 	if c.Config.StateDir == "" {
@@ -564,17 +568,17 @@ func (c *Controller) sweepFiles(ctx context.Context) {
 	// Runs Slurm runs without their session file (reconcile.Stranded) end as runs that lost their session.
 	c.strandsMu.Lock()
 	defer c.strandsMu.Unlock()
-	wasProven := c.strandsProven
+	wasProven := c.strands.Proven()
 	stranded, proven, err := c.strands.Look(ctx, c.Store, dir, time.Now())
 	if err != nil {
 		c.Log.Error(err, "look for stranded runs failed")
 		return
 	}
-	if c.strandsProven = proven; proven && !wasProven {
+	if proven && !wasProven {
 		c.Log.Info("the state directory is the hooks' (their mark, or a running job's file there): runs without theirs are looked for",
 			"stateDir", c.Config.StateDir)
 	}
-	ja := &jobactor.Actor{Store: c.Store, Slurm: c.Slurm, Log: c.Log.WithName("jobs"), Metrics: c.Metrics, Ender: c.Ender}
+	ja := c.jobActor()
 	for _, t := range stranded {
 		c.Log.Info("a run's job runs without its session file: ending it", "job", t.Run.JobID, "run", t.Run.Run,
 			"reservation", t.ID, "missingFor", reconcile.StrandedAfter.String()+" or more")

@@ -24,19 +24,19 @@ type TrackedStore interface {
 // one. It is the leader's, looked at with the file sweep.
 //
 // It names no run until the directory is proven to be the one the hooks write to: it has seen there the file of a
-// run that wanted it, now or before (ProvenMarker). A controller whose state-dir is a directory of its own host
+// run that wanted it, now or before (filename.HooksMark). A controller whose state-dir is a directory of its own host
 // that the hooks never write to (a controller on another host, say) would otherwise take every running job for
-// stranded.
+// stranded. The proof is the file filename.HooksMark: the prolog leaves it beside the session files it writes, and
+// the watch too once it has seen a running job's file, so that the proof outlives the process and passes to the
+// next leader. After a restart of slurmctld on 26.05 every running Juice job may be stranded at once, with no file
+// left to prove the directory by (seen in chaos runs: 13 jobs and none other running).
 type Strands struct {
 	missing map[uuid.UUID]time.Time
 	proven  bool
 }
 
-// ProvenMarker is the file that proves the directory (filename.HooksMark): the prolog leaves it beside the session
-// files it writes, and the watch too once it has seen a running job's file, so that the proof outlives the process
-// and passes to the next leader. After a restart of slurmctld on 26.05 every running Juice job may be stranded at
-// once, with no file left to prove the directory by (seen in chaos runs: 13 jobs and none other running).
-const ProvenMarker = filename.HooksMark
+// Proven reports whether the directory is proven the hooks' (by the last Look).
+func (s *Strands) Proven() bool { return s.proven }
 
 // Look lists the state directory and the open runs at now, and returns the runs stranded (reconcile.Stranded),
 // and whether the directory is proven to be the hooks'.
@@ -59,7 +59,7 @@ func (s *Strands) Look(ctx context.Context, st TrackedStore, dir *session.StateD
 	have := make(map[jobRun]bool, len(entries))
 	marked := false
 	for _, e := range entries {
-		if e.Name() == ProvenMarker {
+		if e.Name() == filename.HooksMark {
 			marked = true
 		}
 		if job, run, ok := session.ParseFileName(e.Name()); ok {
@@ -93,7 +93,7 @@ func (s *Strands) Look(ctx context.Context, st TrackedStore, dir *session.StateD
 		s.proven = true
 	} else if s.proven {
 		// Proven now: said in the directory for the next process. A failure only leaves the proof to be made again.
-		if f, err := os.OpenFile(filepath.Join(dir.Path, ProvenMarker), os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+		if f, err := os.OpenFile(filepath.Join(dir.Path, filename.HooksMark), os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
 			f.Close()
 		}
 	}

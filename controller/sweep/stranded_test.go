@@ -12,6 +12,7 @@ import (
 
 	"github.com/juice-slurm/juice-slurm/reconcile"
 	"github.com/juice-slurm/juice-slurm/reconcile/session"
+	"github.com/juice-slurm/juice-slurm/reconcile/session/filename"
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
@@ -73,7 +74,7 @@ func TestStrandsNamesARunningJobWithoutItsFile(t *testing.T) {
 
 	// The proof is left in the directory: a new watch (the next leader, after a restart) looks at once, although
 	// no running job has its file now.
-	_, err = os.Stat(filepath.Join(dir, ProvenMarker))
+	_, err = os.Stat(filepath.Join(dir, filename.HooksMark))
 	require.NoError(t, err, "the marker")
 	require.NoError(t, os.Remove(filepath.Join(dir, session.FileName(session.Binding{JobID: 1}))))
 	var next Strands
