@@ -211,7 +211,7 @@ type Controller struct {
 	retuned chan struct{} // wakes the leader's loop after Retune
 	// listen, when set, replaces the hub's LISTEN connection (tests hold a reconnect back with it).
 	listen func(ctx context.Context) (*pgx.Conn, error)
-	// strands watches the state directory for stranded runs between two sweeps (sweepFiles).
+	// strands watches the state directory for stranded runs between two looks (endStranded).
 	strandsMu sync.Mutex
 	strands   sweep.Strands
 }
@@ -450,6 +450,7 @@ func (c *Controller) lead(ctx context.Context, hub *notify.Hub) {
 		},
 		Retuned: c.retuned, Resync: c.Config.Resync, FullResync: c.Config.FullResync, ReadyCheck: c.Config.ReadyCheck,
 		Retention: c.Config.Retention, PruneInterval: c.Config.PruneInterval, Sweep: c.sweep, SweepFiles: c.sweepFiles,
+		LookStranded: c.lookStranded(), StrandedEvery: reconcile.StrandedAfter / 2,
 		Actors: func(enqueue func(uuid.UUID)) leader.Actors {
 			p := &Poller{Slurm: c.Slurm, Store: c.Store, Cluster: c.Config.Cluster, Lookahead: c.Config.Lookahead,
 				Handoff: c.Config.Policy.Handoff, Pace: c.Config.ListPace, TrustComment: c.Config.TrustComment,
@@ -565,7 +566,21 @@ func (c *Controller) sweepFiles(ctx context.Context) {
 	if _, err := sweep.Files(ctx, c.Store, dir, c.Log.WithName("sweep")); err != nil {
 		c.Log.Error(err, "sweep of the state directory failed")
 	}
-	// Runs Slurm runs without their session file (reconcile.Stranded) end as runs that lost their session.
+}
+
+// lookStranded is the leader's look for stranded runs, when the state directory is on this host (nil when it is
+// not): runs Slurm runs without their session file (reconcile.Stranded) end as runs that lost their session.
+// Looked at every half StrandedAfter, a stranded job ends within one and a half StrandedAfter of the first look
+// that saw it run without its file.
+func (c *Controller) lookStranded() func(ctx context.Context) {
+	if c.Config.StateDir == "" {
+		return nil
+	}
+	return c.endStranded
+}
+
+func (c *Controller) endStranded(ctx context.Context) {
+	dir := &session.StateDir{Path: c.Config.StateDir}
 	c.strandsMu.Lock()
 	defer c.strandsMu.Unlock()
 	wasProven := c.strands.Proven()

@@ -92,6 +92,11 @@ type Term struct {
 	// Sweep sweeps the orphaned sessions and the stale session files at each sweep interval; SweepFiles sweeps
 	// the files alone, when the term starts.
 	Sweep, SweepFiles func(ctx context.Context)
+	// LookStranded, when set, looks for stranded runs (Controller.lookStranded) at once and every StrandedEvery:
+	// apart from the sweep, whose interval (5 minutes by default) would leave a job Slurm stranded running for
+	// up to 11 minutes.
+	LookStranded  func(ctx context.Context)
+	StrandedEvery time.Duration
 	// Licenses, when set, keeps the pools' Slurm licenses for the whole term (licenses.Syncer.Run): only the
 	// leader writes them.
 	Licenses func(ctx context.Context)
@@ -156,6 +161,10 @@ func (t *Term) Run(ctx context.Context) {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); t.watchReady(ctx, a.Liveness, rq) }()
+	if t.LookStranded != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); every(ctx, t.StrandedEvery, t.LookStranded) }()
+	}
 	if t.Licenses != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); t.Licenses(ctx) }()
@@ -242,6 +251,20 @@ func (t *Term) prune(ctx context.Context) {
 		case n > 0:
 			t.Log.Info("pruned the runs that ended", "reservations", n, "retention", t.Retention.String())
 		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// every calls f now and at every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func(ctx context.Context)) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		f(ctx)
 		select {
 		case <-ctx.Done():
 			return

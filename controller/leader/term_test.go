@@ -176,3 +176,35 @@ func TestTermRunsTheLicenseSyncForItsDuration(t *testing.T) {
 		t.Fatal("the term ended before its license sync")
 	}
 }
+
+// The look for stranded runs runs at once and then every StrandedEvery, apart from the sweep (off here), and ends
+// with the term.
+func TestTermLooksForStrandedRunsOnItsOwnPace(t *testing.T) {
+	l := &recorder{}
+	looks := make(chan struct{}, 10)
+	term := &Term{Store: l, Hub: &hub{}, Log: logr.Discard(), Metrics: l, Workers: 1,
+		Actors: func(func(uuid.UUID)) Actors {
+			return Actors{Poller: l, Reconciler: l, Liveness: l, Jobs: l}
+		},
+		Tuning: func() (time.Duration, time.Duration) { return time.Hour, 0 }, Resync: time.Hour, FullResync: time.Hour,
+		ReadyCheck: time.Hour, Sweep: func(context.Context) {}, SweepFiles: func(context.Context) {},
+		LookStranded:  func(context.Context) { looks <- struct{}{} },
+		StrandedEvery: 10 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); term.Run(ctx) }()
+	for i := 0; i < 3; i++ {
+		select {
+		case <-looks:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("look %d never came", i+1)
+		}
+	}
+	cancel()
+	<-done
+	for len(looks) > 0 {
+		<-looks
+	}
+	time.Sleep(30 * time.Millisecond)
+	require.Empty(t, looks, "a look after the term ended")
+}

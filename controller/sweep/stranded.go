@@ -14,14 +14,15 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile/session/filename"
 )
 
-// TrackedStore lists the open runs as the poller compares them with Slurm (store.Store).
-type TrackedStore interface {
-	Tracked(ctx context.Context) ([]reconcile.Tracked, error)
+// RunningStore lists the ready runs of the jobs Slurm runs (store.Store): as many as the GPUs in use.
+type RunningStore interface {
+	RunningReady(ctx context.Context) ([]reconcile.Tracked, error)
 }
 
 // Strands watches the state directory for stranded runs (reconcile.Stranded): runs whose job Slurm runs past its
 // prolog with no session file. It remembers, between two looks, since when each run has wanted its file without
-// one. It is the leader's, looked at with the file sweep.
+// one. It is the leader's, looked at every half StrandedAfter (Controller.endStranded), so that a stranded job is
+// ended within one and a half StrandedAfter of the first look that saw it without its file.
 //
 // It names no run until the directory is proven to be the one the hooks write to: it has seen there the file of a
 // run that wanted it, now or before (filename.HooksMark). A controller whose state-dir is a directory of its own host
@@ -40,10 +41,10 @@ func (s *Strands) Proven() bool { return s.proven }
 
 // Look lists the state directory and the open runs at now, and returns the runs stranded (reconcile.Stranded),
 // and whether the directory is proven to be the hooks'.
-func (s *Strands) Look(ctx context.Context, st TrackedStore, dir *session.StateDir, now time.Time) (stranded []reconcile.Tracked, proven bool, err error) {
+func (s *Strands) Look(ctx context.Context, st RunningStore, dir *session.StateDir, now time.Time) (stranded []reconcile.Tracked, proven bool, err error) {
 	// The runs first, then the files: a file written between the two reads is seen, and a run that became RUNNING
 	// after the list of runs is looked at next time.
-	runs, err := st.Tracked(ctx)
+	runs, err := st.RunningReady(ctx)
 	if err != nil {
 		return nil, s.proven, fmt.Errorf("stranded runs: %w", err)
 	}

@@ -16,11 +16,11 @@ import (
 	"github.com/juice-slurm/juice-slurm/reconcile/store"
 )
 
-var _ TrackedStore = (*store.Store)(nil)
+var _ RunningStore = (*store.Store)(nil)
 
-type trackedStore []reconcile.Tracked
+type runningStore []reconcile.Tracked
 
-func (t trackedStore) Tracked(context.Context) ([]reconcile.Tracked, error) { return t, nil }
+func (t runningStore) RunningReady(context.Context) ([]reconcile.Tracked, error) { return t, nil }
 
 // A run whose job runs past its prolog without its session file is named once it has gone StrandedAfter without
 // it; one whose file is there, or comes back, is not; and nothing is named until the directory has shown the file
@@ -37,7 +37,7 @@ func TestStrandsNamesARunningJobWithoutItsFile(t *testing.T) {
 	a, b := running(1), running(2)
 	inProlog := running(3)
 	inProlog.JobState = "CONFIGURING"
-	st := trackedStore{a, b, inProlog}
+	st := runningStore{a, b, inProlog}
 	ctx, now := context.Background(), time.Unix(1_800_000_000, 0)
 
 	var s Strands
@@ -88,7 +88,7 @@ func TestStrandsNamesARunningJobWithoutItsFile(t *testing.T) {
 	// The job ended meanwhile (the epilog removed its file): forgotten.
 	ended := b
 	ended.JobState = "COMPLETING"
-	got, _, err = s.Look(ctx, trackedStore{a, ended, inProlog}, sd, t0.Add(2*reconcile.StrandedAfter))
+	got, _, err = s.Look(ctx, runningStore{a, ended, inProlog}, sd, t0.Add(2*reconcile.StrandedAfter))
 	require.NoError(t, err)
 	require.Empty(t, got)
 	require.NotContains(t, s.missing, b.ID, "the ended job is forgotten")

@@ -180,6 +180,13 @@ var (
 	sqlTracked = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason,
 			job_start IS NOT NULL, job_end IS NOT NULL
 		FROM juice_reservations WHERE cluster = $1 AND state NOT IN ('released', 'failed') ORDER BY created_at`
+	// The open runs whose session is ready and whose job Slurm runs, read as sqlTracked reads them: the runs that may
+	// want their session file in the state directory (reconcile.WantsFile decides). As many as the GPUs in use, not
+	// the queue; the partial index of the open rows finds them.
+	sqlRunningReady = `SELECT id, job_id, run, array_job_id, array_task_id, state, run_over, job_state, job_reason,
+			job_start IS NOT NULL, job_end IS NOT NULL
+		FROM juice_reservations WHERE cluster = $1 AND state NOT IN ('released', 'failed')
+		AND state = 'ready' AND job_state = 'RUNNING' ORDER BY created_at`
 	// The ready runs, for the liveness watch: what a pool walk is compared with.
 	sqlReady = `SELECT id, pool, session_id, agent_address, ready_at FROM juice_reservations
 		WHERE cluster = $1 AND state = 'ready'`

@@ -602,6 +602,18 @@ func (s *Store) Tracked(ctx context.Context) ([]reconcile.Tracked, error) {
 	return out, nil
 }
 
+// RunningReady returns the open runs whose session is ready and whose job Slurm shows RUNNING, read as Tracked
+// reads them: the runs the stranded watch looks at (reconcile.WantsFile decides which want their file). It reads
+// as many rows as there are running Juice jobs, where Tracked reads the whole queue, so that the watch can look
+// every half minute.
+func (s *Store) RunningReady(ctx context.Context) ([]reconcile.Tracked, error) {
+	out, err := s.scanTracked(s.pool.Query(ctx, sqlRunningReady, s.cluster))
+	if err != nil {
+		return nil, fmt.Errorf("ready reservations of running jobs: %w", err)
+	}
+	return out, nil
+}
+
 func (s *Store) scanTracked(rows pgx.Rows, err error) ([]reconcile.Tracked, error) {
 	if err != nil {
 		return nil, err

@@ -548,6 +548,36 @@ func TestTrackedIsWhatOpenSaysOfThePollersFields(t *testing.T) {
 	require.True(t, tracked[1].Run.Unbound())
 }
 
+// RunningReady reads, as Tracked reads them, only the open runs whose session is ready and whose job Slurm runs:
+// the stranded watch's runs, without the rest of the queue.
+func TestRunningReadyReadsOnlyReadyRunsOfRunningJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s := newStores(t, "c")
+	mk := func(job uint32, jobState string, events ...reconcile.Event) reconcile.Reservation {
+		r, _ := ensure(t, s, reconcile.NewReservation{Run: reconcile.RunID{Cluster: "c", JobID: job}, Request: request.Request{Pool: "p", GPUs: 1}})
+		require.NoError(t, s.ObserveJob(ctx, r.ID, jobState, "None"))
+		for _, ev := range events {
+			move(t, s, &r, ev, string(ev))
+		}
+		return r
+	}
+	toReady := []reconcile.Event{reconcile.EventRequest, reconcile.EventQueued, reconcile.EventActive}
+	want := mk(1, "RUNNING", toReady...)
+	mk(2, "PENDING", toReady...)                                                         // ready ahead of its job
+	mk(3, "RUNNING", reconcile.EventRequest, reconcile.EventQueued)                      // still waiting for its session
+	mk(4, "COMPLETING", toReady...)                                                      // its job is ending
+	mk(5, "RUNNING", append(toReady, reconcile.EventUnwanted, reconcile.EventClosed)...) // released
+	got, err := s.RunningReady(ctx)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, want.ID, got[0].ID)
+	require.Equal(t, reconcile.StateReady, got[0].State)
+	require.Equal(t, "RUNNING", got[0].JobState)
+	require.Equal(t, uint32(1), got[0].Run.JobID)
+	require.True(t, reconcile.WantsFile(got[0]))
+}
+
 // YieldPool lets go, as the runtime role, exactly the reservations of the pool whose jobs Slurm shows pending and
 // that ask for or hold a session, without ending their runs; the in-memory store does the same.
 func TestYieldPoolLetsGoPendingJobsThatAskInThePool(t *testing.T) {

@@ -33,7 +33,7 @@ func TestSlurmctldRestartDuringAPrologLosesNoJob(t *testing.T) {
 	// The controller looks for stranded runs once the state directory is proven the hooks' (sweep.Strands: the
 	// prolog's mark, or a running job's file there): a Juice job runs throughout, whose prolog leaves the mark on a
 	// bed that has none yet, and the test goes on once a controller has said so (the log may hold an earlier
-	// controller's line too: the one running now finds the mark at its next sweep anyway).
+	// controller's line too: the one running now finds the mark at its next look anyway).
 	prover := sbatch(t, "--juice-pool=test", "-o", "/dev/null", "--wrap", "sleep 600")
 	t.Cleanup(func() { _, _ = slurm(t, 10*time.Second, "scancel", strconv.Itoa(int(prover))) })
 	waitFor(t, 90*time.Second, "the controller has seen a running job's session file", func() bool {
@@ -64,7 +64,7 @@ func TestSlurmctldRestartDuringAPrologLosesNoJob(t *testing.T) {
 	resume()
 
 	// Slurm's answers come back once the new slurmctld serves; the stranded run waits reconcile.StrandedAfter and
-	// the next sweep (10 s here) before it is requeued.
+	// the next look (every 30 s) before it is requeued.
 	var j *slurmrest.Job
 	waitFor(t, 4*time.Minute, "the job completes after slurmctld's restart", func() bool {
 		got, err := world.slurm.GetJob(context.Background(), job)
