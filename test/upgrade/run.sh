@@ -36,7 +36,7 @@ for ref in "${refs[@]}"; do
 done
 # UPGRADE_OUT=FILE keeps the figures (make chaos-upgrade: test/results/upgrade.md).
 table() {
-	echo "| from | its schema | it migrated | its hook API | live runs | ended / running / reserved ahead / waiting in the prolog / pending at the upgrade | migrate to hooks switched | jobs after it, to the last end | old binary on the new schema | requeued | lost | doubled | left open |"
+	echo "| from | its schema | it migrated | its hook API | live runs | ended / running / reserved ahead / waiting in the prolog / pending / requesting / releasing at the upgrade | migrate to hooks switched | jobs after it, to the last end | old binary on the new schema | requeued | lost | doubled | left open |"
 	echo "|---|---:|---|---|---:|---|---:|---:|---|---:|---:|---:|---:|"
 	printf '%s\n' "${rows[@]}"
 }

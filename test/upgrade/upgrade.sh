@@ -16,13 +16,16 @@
 # pends there for Resources), and reserved ahead while pending: a job of pool demo with a begin time after the
 # upgrade, within the look-ahead window, whose session is ready before Slurm starts it (in a pool of its own: in
 # pool test the jobs Slurm started and that wait for GPUs take the pool from it, by design; a release that does not
-# reserve such a job has none, and says so). Then the upgrade, in the guide's order:
+# reserve such a job has none, and says so); and, after migrate, a request and a release in flight (requesting,
+# releasing: the old release asked a juice-sim held with SIGSTOP) when the old replicas stop, taken up by this
+# checkout's. Then the upgrade, in the guide's order:
 #   1. this checkout's `juice-slurm settings controller` reads the old settings file (kept by the package);
 #   2. `juice-slurm migrate` as the owner role, while the old replicas serve;
 #   3. an old binary started again on the migrated schema refuses it (releases that check it);
 #   4. the replicas restarted one at a time on this checkout's binary, with the old settings file and only the
 #      lines the upgrade needs (the runtime role's URL; the hook socket);
-#   5. the hooks on the slurmctld host switched to this checkout's.
+#   5. the hooks on the slurmctld host switched to this checkout's, then job_submit.lua (every job of the test was
+#      submitted through the old release's job_submit.lua, and this checkout's controller reads what it recorded).
 # Then every job is let go on. Checked: each job completed, none requeued or failed; each running job's second
 # step, started after the upgrade, opened the session file the old release sealed and saw the same session as its
 # first; the job reserved ahead started after the upgrade with the session reserved for it before; every run that
@@ -62,8 +65,11 @@ sha=$(git -C "$REPO" rev-parse --verify --short=12 "$REF^{commit}" 2>/dev/null) 
 OLD=$REPO/build/upgrade/$sha
 
 pids=()
+sim_stopped=""
 restore() {
 	local rc=$? i
+	# juice-sim held for the in-flight calls: let go, whatever happened.
+	[ -z "$sim_stopped" ] || kill -CONT "$sim_stopped" 2>/dev/null || true
 	# A run stopped midway: its jobs cancelled, and the replicas still up given time to release their sessions,
 	# which would otherwise stay at the bed's Juice simulator once the database is dropped.
 	if [ -n "$(squeue -h -n upgrade-test -o %i 2>/dev/null)" ]; then
@@ -76,12 +82,24 @@ restore() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done
 	[ -s "$W/juice-config.sh.bed" ] && mv "$W/juice-config.sh.bed" "$CONFIG_SH"
+	lua_put "$W/lua.bed"
 	ip addr del $A/32 dev lo 2>/dev/null || true
 	ip addr del $B/32 dev lo 2>/dev/null || true
 	[ $rc = 0 ] || { log "replica logs:"; tail -n 15 "$W"/ctl-*.log >&2 || true; }
 	psql "$JUICE_TESTBED_PG_URL" -qtAc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
 	bash "$REPO/test/testbed.sh" services >/dev/null 2>&1 || log "the test bed's services did not start again"
 	exit $rc
+}
+# lua_put DIR: the job_submit.lua (and juice_submit.lua, where DIR has it) of DIR in /etc/slurm, the module first,
+# each by rename, as the guide's step 5 does: slurmctld loads a job_submit.lua whose mtime changed at the next
+# submission.
+lua_put() {
+	local f
+	for f in juice_submit.lua job_submit.lua; do
+		[ -s "$1/$f" ] || continue
+		install -m 0644 "$1/$f" "/etc/slurm/.$f.upgrade"
+		mv "/etc/slurm/.$f.upgrade" "/etc/slurm/$f"
+	done
 }
 trap restore EXIT
 
@@ -113,8 +131,19 @@ if [ -s "$TB/run/juice-controller.pid" ]; then
 fi
 # (An earlier run that died before putting the bed's hooks config back left it here.)
 [ ! -s "$W/juice-config.sh.bed" ] || mv "$W/juice-config.sh.bed" "$CONFIG_SH"
-rm -rf "$W" && install -d -m 0755 "$W" "$W/out"
+[ ! -d "$W/lua.bed" ] || lua_put "$W/lua.bed"
+rm -rf "$W" && install -d -m 0755 "$W" "$W/out" "$W/lua.bed" "$W/lua.old"
 cp -p "$CONFIG_SH" "$W/juice-config.sh.bed"
+cp -p /etc/slurm/job_submit.lua "$W/lua.bed/"
+[ ! -s /etc/slurm/juice_submit.lua ] || cp -p /etc/slurm/juice_submit.lua "$W/lua.bed/"
+# The old release's job_submit.lua (and its module, where it has one) records every job submitted before the
+# upgrade's step 5: this checkout's controller reads the requests it wrote. The nodes, and srun and sbatch here, run
+# this checkout's SPANK plugin (the guide's step 2 comes first), whose options that script reads.
+for f in job_submit.lua juice_submit.lua; do
+	git -C "$REPO" cat-file -e "$sha:hooks/$f" 2>/dev/null || continue
+	git -C "$REPO" show "$sha:hooks/$f" >"$W/lua.old/$f"
+done
+[ -s "$W/lua.old/job_submit.lua" ] || fail "the release at $sha has no hooks/job_submit.lua"
 ip addr replace $A/32 dev lo
 ip addr replace $B/32 dev lo
 
@@ -214,9 +243,10 @@ hooks_config() { # hooks_config JUICE_SLURM_BIN JUICE_HOOK_BIN JUICE_HOOK_URL
 	chmod 0644 "$W/juice-config.sh.new" && mv "$W/juice-config.sh.new" "$CONFIG_SH"
 }
 hooks_config "$OLD/juice-slurm" "$OLD/juice-slurm-hook" "$urls"
+lua_put "$W/lua.old"
 for i in $(seq 1 30); do [ -n "$(leader)" ] && break; sleep 1; done
 [ -n "$(leader)" ] || fail "no old replica took the lease"
-log "the old release serves: replicas at $A and $B, leader $(leader), hooks at $urls"
+log "the old release serves: replicas at $A and $B, leader $(leader), hooks at $urls, its job_submit.lua ($(ls "$W/lua.old" | tr '\n' ' '))"
 
 # Step 1: live runs in every state. Jobs are named upgrade-test; each writes the session its steps saw.
 job() { # job KIND GPUS [sbatch options...] -- prints the job id
@@ -305,6 +335,26 @@ if $old_migrates; then
 else
 	log "downgrade: the release at $sha predates the schema check (it migrates itself): not checked"
 fi
+# In flight at the restart: a run whose request and a run whose release the old release has committed (requesting,
+# releasing) and asked of a Juice Controller that does not answer (juice-sim stopped with SIGSTOP), so that this
+# checkout's leader takes both up from the old release's intents: the request found or made once, the session
+# cancelled. In pool demo, which has room for both beside the job reserved ahead. juice-sim goes on once the last
+# old replica has stopped (the old release never hears its answers).
+E_end=$W/end-releasing
+rel=$(JOB_POOL=demo job releasing 1 --wrap "test -n \"\$JUICE_SESSION_ID\" || exit 42; echo \"\$JUICE_SESSION_ID\"; while [ ! -e $E_end ]; do sleep 0.5; done")
+rel_running() { [ "$(state_of "$rel")" = RUNNING ] && [ -s "$W/out/$rel.releasing" ]; }
+wait_jobs "job $rel running with its session" 120 rel_running
+sim_pid=$(cat "$TB/run/juice-sim.pid")
+kill -STOP "$sim_pid"
+sim_stopped=$sim_pid
+touch "$E_end"
+req=$(JOB_POOL=demo job requesting 1 --wrap 'test -n "$JUICE_SESSION_ID" || exit 42; echo "$JUICE_SESSION_ID"')
+in_flight() {
+	[ "$(q "SELECT count(*) FROM juice_reservations WHERE job_id = $rel AND state = 'releasing'")" = 1 ] &&
+		[ "$(q "SELECT count(*) FROM juice_reservations WHERE job_id = $req AND state = 'requesting'")" = 1 ]
+}
+wait_jobs "job $rel's release and job $req's request in flight at a stopped juice-sim" 120 in_flight
+log "in flight at the restart: job $rel releasing, job $req requesting (juice-sim stopped)"
 new_settings() { # new_settings NAME: the old file, with what the upgrade changes
 	local etc
 	etc=$(etc_of "$1")
@@ -324,6 +374,10 @@ for r in ctl2:$B ctl1:$A; do
 	name=${r%%:*} addr=${r#*:}
 	new_settings "$name"
 	stop "$name"
+	if [ "$name" = ctl1 ]; then
+		kill -CONT "$sim_stopped" && sim_stopped=""
+		log "upgrade: juice-sim goes on, no old replica left"
+	fi
 	start "$name" "$BIN" "$(etc_of "$name")/juice-slurm.conf.new"
 	wait_ready "$addr" $old_tls
 	log "upgrade: replica $name restarted on this checkout's binary; leader $(leader)"
@@ -331,7 +385,8 @@ done
 "$BIN" migrate --check --database-url "$owner_url" >/dev/null || fail "the schema is not the one this checkout needs"
 if $old_tls; then new_urls="https://$A:$PORT,https://$B:$PORT"; else new_urls="unix:$W/sock-ctl1/hook.sock"; fi
 hooks_config "$BIN" "$HOOK_BIN" "$new_urls"
-log "upgrade: the hooks switched to this checkout's ($new_urls)"
+lua_put "$W/lua.bed"
+log "upgrade: the hooks switched to this checkout's ($new_urls), and job_submit.lua"
 upgrade_took=$((SECONDS - upgrade_start))
 after_start=$SECONDS
 
@@ -339,7 +394,7 @@ after_start=$SECONDS
 touch "$W/go"
 wait_jobs "every job to end after the upgrade" 600 none_left
 after_took=$((SECONDS - after_start))
-all=("${E[@]}" "${R[@]}" "${Ah[@]}" "${Wt[@]}" "${P[@]}")
+all=("${E[@]}" "${R[@]}" "${Ah[@]}" "${Wt[@]}" "${P[@]}" "$rel" "$req")
 for j in "${all[@]}"; do
 	line=$(sacct -n -X -P -j "$j" -o state,exitcode 2>&1 | head -1)
 	[ "$line" = "COMPLETED|0:0" ] || fail "job $j ended as $line (want COMPLETED, exit 0): $(cat "$W"/out/"$j".* 2>/dev/null)"
@@ -388,4 +443,4 @@ failed=$(q "SELECT count(*) FROM juice_reservations WHERE state = 'failed'")
 [ "$failed" = 0 ] || fail "$failed reservations failed"
 log "PASS: from $sha (schema $old_schema) to this checkout with ${#all[@]} live runs: 0 lost, 0 doubled, 0 left open, 0 sessions left"
 # One row for the results table (test/upgrade/run.sh): on stdout, the rest went to stderr.
-echo "| $sha | $old_schema | $($old_migrates && echo migrate || echo "itself, as the owner") | $($old_tls && echo TLS || echo "plain HTTP") | ${#all[@]} | ${#E[@]} / ${#R[@]} / ${#Ah[@]} / ${#Wt[@]} / ${#P[@]} | ${upgrade_took} s | ${after_took} s | $($old_migrates && echo refused || echo "not checked") | 0 | 0 | 0 | 0 |"
+echo "| $sha | $old_schema | $($old_migrates && echo migrate || echo "itself, as the owner") | $($old_tls && echo TLS || echo "plain HTTP") | ${#all[@]} | ${#E[@]} / ${#R[@]} / ${#Ah[@]} / ${#Wt[@]} / ${#P[@]} / 1 / 1 | ${upgrade_took} s | ${after_took} s | $($old_migrates && echo refused || echo "not checked") | 0 | 0 | 0 | 0 |"
