@@ -165,9 +165,10 @@ test-replicas: build
 	$(ON_HOST) sh -c 'bash test/testbed.sh wire && bash test/testbed.sh services && bash test/replicas/replicas.sh'
 
 # Upgrades with live jobs (issue 25 item 1, test/upgrade): a release of the history installed as it was (its
-# binary, settings and schema, two replicas, its hooks), jobs in every state (ended, running, waiting in their
-# prologs, pending, reserved ahead while pending), then this checkout's migrate, a rolling restart of the replicas and the hooks, as
-# docs/admin.md section 8 orders them; every job completes, none requeued, no session lost, doubled or left.
+# binary, settings and schema, two replicas, its hooks and job_submit.lua), jobs in every state (ended, running,
+# waiting in their prologs, pending, reserved ahead while pending, a request and a release in flight), then this
+# checkout's migrate, a rolling restart of the replicas, the hooks and job_submit.lua, as docs/admin.md section 8
+# orders them; every job completes, none requeued, no session lost, doubled or left.
 # make test: from the first release and from the last one of the schema before this one (16 runs each);
 # make chaos-upgrade (in make chaos): from the last release of every schema, 200 runs each.
 test-upgrade: build

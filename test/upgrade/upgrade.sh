@@ -48,6 +48,7 @@ HOOK_BIN=$(dirname "$BIN")/juice-slurm-hook
 GO=${GO:-go}
 SLURM_USER=$JUICE_TESTBED_SLURM_USER
 CONFIG_SH=/etc/juice-slurm/juice-config.sh
+POLICY=/etc/juice-slurm/juice-policy.conf
 A=10.231.2.2 B=10.231.2.3 PORT=7171
 W=$TB/upgrade
 DB=juice_upgrade
@@ -82,6 +83,7 @@ restore() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done
 	[ -s "$W/juice-config.sh.bed" ] && mv "$W/juice-config.sh.bed" "$CONFIG_SH"
+	[ -s "$W/juice-policy.conf.bed" ] && mv "$W/juice-policy.conf.bed" "$POLICY"
 	lua_put "$W/lua.bed"
 	ip addr del $A/32 dev lo 2>/dev/null || true
 	ip addr del $B/32 dev lo 2>/dev/null || true
@@ -132,8 +134,10 @@ fi
 # (An earlier run that died before putting the bed's hooks config back left it here.)
 [ ! -s "$W/juice-config.sh.bed" ] || mv "$W/juice-config.sh.bed" "$CONFIG_SH"
 [ ! -d "$W/lua.bed" ] || lua_put "$W/lua.bed"
+[ ! -s "$W/juice-policy.conf.bed" ] || mv "$W/juice-policy.conf.bed" "$POLICY"
 rm -rf "$W" && install -d -m 0755 "$W" "$W/out" "$W/lua.bed" "$W/lua.old"
 cp -p "$CONFIG_SH" "$W/juice-config.sh.bed"
+cp -p "$POLICY" "$W/juice-policy.conf.bed"
 cp -p /etc/slurm/job_submit.lua "$W/lua.bed/"
 [ ! -s /etc/slurm/juice_submit.lua ] || cp -p /etc/slurm/juice_submit.lua "$W/lua.bed/"
 # The old release's job_submit.lua (and its module, where it has one) records every job submitted before the
@@ -163,9 +167,12 @@ install -m 0600 -o "$SLURM_USER" -g "$SLURM_USER" "$JUICE_TESTBED_TOKEN_FILE" "$
 install -m 0600 -o "$SLURM_USER" -g "$SLURM_USER" "$(sed -n 's/.*passfile=\([^&]*\).*/\1/p' <<<"$owner_url")" "$src/pgpass"
 JUICE_HOOK_SANS="IP:$A,IP:$B" sh "$REPO/deploy/make-hook-cert.sh" "$src" "$SLURM_USER" >/dev/null 2>&1
 
-# The site policy as the old release read it (the bed's has settings of later releases): the limits every
-# release knows. This checkout's replicas go on reading it after the upgrade, as a site's kept file.
+# The site policy as the old release read it (the bed's has settings of later releases, which an older
+# job_submit.lua refuses: "the site's Juice policy is broken"): the limits every release knows. It is the site's
+# file for the whole run, in its place for job_submit.lua and named by the replicas' settings; this checkout's
+# replicas and job_submit.lua go on reading it after the upgrade, as a site's kept file.
 printf '%s\n' "max_gpus = 8" "max_vram = 80GiB" "pools = demo, small, test, lab" >"$W/juice-policy.conf"
+install -m 0644 "$W/juice-policy.conf" "$POLICY.upgrade" && mv "$POLICY.upgrade" "$POLICY"
 
 # Each replica's directory: the secrets (owners and modes kept) and the old release's settings file, holding the
 # settings it knows of those an installation sets.
