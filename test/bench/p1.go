@@ -17,12 +17,17 @@ import (
 	"github.com/juice-slurm/juice-slurm/controller"
 	"github.com/juice-slurm/juice-slurm/controller/hookapi"
 	"github.com/juice-slurm/juice-slurm/reconcile"
+	"github.com/juice-slurm/juice-slurm/slurmrest"
+	"github.com/juice-slurm/juice-slurm/test/fakeslurm"
 	"github.com/juice-slurm/juice-slurm/test/world"
 )
 
 // P1Result is the prolog hook's wall time with the session already ready.
 type P1Result struct {
 	Socket Stats // juice-slurm-hook prolog, fork/exec to exit, calling the controller's hook socket (unix:PATH)
+	// Ahead is Socket for a run reserved ahead: its job pending when its session became ready, so that its prolog
+	// is the first word of its start (recorded before the reply), as with the look-ahead on a real cluster.
+	Ahead  Stats
 	Exec   Stats // the same with an https: hook-url: juice-slurm-hook execs juice-slurm hook, which calls over TLS
 	Script Stats // hooks/juice-prolog.sh execing juice-slurm-hook on the socket: what slurmctld itself waits for
 	Old    Stats // juice-slurm hook prolog over TLS: the path before issue 14 (and of a config naming only juice-slurm)
@@ -44,7 +49,7 @@ type P1Result struct {
 // hooks/juice-config.sh give the hook, and times each to its exit.
 func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (P1Result, error) {
 	res := P1Result{Runs: runs}
-	w, err := NewWorld(ctx, WorldConfig{GPUs: runs + 8})
+	w, err := NewWorld(ctx, WorldConfig{GPUs: 2*runs + 8})
 	if err != nil {
 		return res, err
 	}
@@ -91,6 +96,15 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 	if err := w.EnsureRuns(ctx, first, runs, 4); err != nil {
 		return res, err
 	}
+	// The runs reserved ahead, one prolog each (its first marks the job started): listed PENDING, so that the
+	// poller keeps them as they are, and registered so.
+	aheadFirst := uint32(first + runs + 1000)
+	for i := 0; i <= runs; i++ {
+		w.Slurm.Set(fakeslurm.JuiceJob(aheadFirst+uint32(i), 0, slurmrest.StatePending, Request))
+	}
+	if err := w.EnsureRunsOf(ctx, aheadFirst, runs+1, 4, "PENDING"); err != nil {
+		return res, err
+	}
 	// The hook socket in a directory of its own, writable by its owner only, as /run/juice-slurm under the unit.
 	sockDir := filepath.Join(w.Dir, "run")
 	if err := os.Mkdir(sockDir, 0o755); err != nil {
@@ -102,7 +116,7 @@ func P1(ctx context.Context, repo string, runs int, logf func(string, ...any)) (
 		return res, err
 	}
 	defer rc.Stop()
-	if _, err := watch.WaitFor(runs, 60*time.Second); err != nil {
+	if _, err := watch.WaitFor(2*runs+1, 60*time.Second); err != nil {
 		return res, err
 	}
 	logf("P1: %d sessions ready; exec'ing the prolog hook %d times on each path", runs, runs)
@@ -133,21 +147,27 @@ export JUICE_HOOK_URL JUICE_HOOK_CA JUICE_HOOK_LOG JUICE_HOOK_SECRET JUICE_STATE
 		out   *Stats
 		argv  []string
 		env   []string
-		check bool // a prolog: it must have written the session file
+		check bool   // a prolog: it must have written the session file
+		ahead uint32 // the first of its own runs, one call each, when not 0
 	}{
-		{"hook", &res.Exec, []string{hookBin, "prolog"}, direct, true},
+		{"hook", &res.Exec, []string{hookBin, "prolog"}, direct, true, 0},
 		{"socket", &res.Socket, []string{hookBin, "prolog"}, append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_HOOK_URL="+socketURL,
-			"JUICE_HOOK_SECRET="+secretFile, "JUICE_STATE_DIR="+stateDir, "JUICE_HOOK_LOG="+hookLog), true},
-		{"old", &res.Old, []string{oldBin, "hook", "prolog"}, direct, true},
-		{"script", &res.Script, []string{"/bin/sh", filepath.Join(repo, "hooks", "juice-prolog.sh")}, append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_CONFIG_SH="+configSh), true},
-		{"empty", &res.Empty, []string{emptyBin}, nil, false},
+			"JUICE_HOOK_SECRET="+secretFile, "JUICE_STATE_DIR="+stateDir, "JUICE_HOOK_LOG="+hookLog), true, 0},
+		{"ahead", &res.Ahead, []string{hookBin, "prolog"}, append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_HOOK_URL="+socketURL,
+			"JUICE_HOOK_SECRET="+secretFile, "JUICE_STATE_DIR="+stateDir, "JUICE_HOOK_LOG="+hookLog), true, aheadFirst},
+		{"old", &res.Old, []string{oldBin, "hook", "prolog"}, direct, true, 0},
+		{"script", &res.Script, []string{"/bin/sh", filepath.Join(repo, "hooks", "juice-prolog.sh")}, append(slurmctld[:len(slurmctld):len(slurmctld)], "JUICE_CONFIG_SH="+configSh), true, 0},
+		{"empty", &res.Empty, []string{emptyBin}, nil, false, 0},
 	}
 	times, cpu := make([][]time.Duration, len(paths)), make([][]time.Duration, len(paths))
 	// One unmeasured round first, so that every binary is in the page cache as it is on a busy slurmctld host.
 	for i := 0; i <= runs; i++ {
-		job := first + i%runs
 		for k := range paths {
 			p := paths[(i+k)%len(paths)]
+			job := first + i%runs
+			if p.ahead != 0 {
+				job = int(p.ahead) + i
+			}
 			session := filepath.Join(stateDir, fmt.Sprintf("%d.0.session", job))
 			if err := os.Remove(session); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return res, err

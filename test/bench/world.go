@@ -152,6 +152,11 @@ func Counter(m *controller.Metrics, name string, match ...string) float64 {
 // EnsureRuns registers n pending, wanted reservations for jobs first..first+n-1 (run 0), the way the poller or a
 // prolog would, with par writers at once.
 func (w *World) EnsureRuns(ctx context.Context, first uint32, n, par int) error {
+	return w.EnsureRunsOf(ctx, first, n, par, "RUNNING")
+}
+
+// EnsureRunsOf is EnsureRuns with the jobs in jobState as the poller saw them (PENDING: reserved ahead).
+func (w *World) EnsureRunsOf(ctx context.Context, first uint32, n, par int, jobState string) error {
 	req, err := request.Parse(Request)
 	if err != nil {
 		return err
@@ -165,7 +170,7 @@ func (w *World) EnsureRuns(ctx context.Context, first uint32, n, par int) error 
 			for i := p; i < n; i += par {
 				run := reconcile.RunID{Cluster: Cluster, JobID: first + uint32(i)}
 				if _, _, err := w.Store.EnsureRun(ctx, reconcile.NewReservation{Run: run, Request: req, UserName: "alice",
-					Partition: "debug", JobState: "RUNNING", Reason: "benchmark"}); err != nil {
+					Partition: "debug", JobState: jobState, Reason: "benchmark"}); err != nil {
 					errs <- err
 					return
 				}
