@@ -345,8 +345,11 @@ fi
 # In flight at the restart: a run whose request and a run whose release the old release has committed (requesting,
 # releasing) and asked of a Juice Controller that does not answer (juice-sim stopped with SIGSTOP), so that this
 # checkout's leader takes both up from the old release's intents: the request found or made once, the session
-# cancelled. In pool demo, which has room for both beside the job reserved ahead. juice-sim goes on once the last
-# old replica has stopped (the old release never hears its answers).
+# cancelled. The release in pool demo, which has room for it beside the job reserved ahead; the request in pool
+# test, full, where it queues behind the jobs waiting in their prologs: in pool demo it could find the GPU of the
+# release not yet given back, and a started job whose session is queued takes the pool from a job reserved ahead
+# (reconcile.MustYield), which would then start with another session than the one the old release made (seen from
+# 124ffeb). juice-sim goes on once the last old replica has stopped (the old release never hears its answers).
 E_end=$W/end-releasing
 rel=$(JOB_POOL=demo job releasing 1 --wrap "test -n \"\$JUICE_SESSION_ID\" || exit 42; echo \"\$JUICE_SESSION_ID\"; while [ ! -e $E_end ]; do sleep 0.5; done")
 rel_running() { [ "$(state_of "$rel")" = RUNNING ] && [ -s "$W/out/$rel.releasing" ]; }
@@ -355,7 +358,7 @@ sim_pid=$(cat "$TB/run/juice-sim.pid")
 kill -STOP "$sim_pid"
 sim_stopped=$sim_pid
 touch "$E_end"
-req=$(JOB_POOL=demo job requesting 1 --wrap 'test -n "$JUICE_SESSION_ID" || exit 42; echo "$JUICE_SESSION_ID"')
+req=$(job requesting 1 --wrap 'test -n "$JUICE_SESSION_ID" || exit 42; echo "$JUICE_SESSION_ID"')
 in_flight() {
 	[ "$(q "SELECT count(*) FROM juice_reservations WHERE job_id = $rel AND state = 'releasing'")" = 1 ] &&
 		[ "$(q "SELECT count(*) FROM juice_reservations WHERE job_id = $req AND state = 'requesting'")" = 1 ]
