@@ -157,7 +157,7 @@ func (t *Term) Run(ctx context.Context) {
 	}()
 	if t.Retention > 0 {
 		wg.Add(1)
-		go func() { defer wg.Done(); t.prune(ctx) }()
+		go func() { defer wg.Done(); every(ctx, t.PruneInterval, t.prune) }()
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); t.watchReady(ctx, a.Liveness, rq) }()
@@ -238,24 +238,15 @@ func (t *Term) waitForPoll(ctx context.Context, poll, resync, full, sweep <-chan
 	}
 }
 
-// prune deletes the runs that ended more than the retention ago, now and every PruneInterval.
+// prune deletes the runs that ended more than the retention ago (the term calls it now and every PruneInterval).
 func (t *Term) prune(ctx context.Context) {
-	tick := time.NewTicker(t.PruneInterval)
-	defer tick.Stop()
-	for {
-		n, err := t.Store.Prune(ctx, time.Now().Add(-t.Retention))
-		t.Metrics.ObservePrune(n, err)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			t.Log.Error(err, "prune the runs that ended", "retention", t.Retention.String())
-		case n > 0:
-			t.Log.Info("pruned the runs that ended", "reservations", n, "retention", t.Retention.String())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	n, err := t.Store.Prune(ctx, time.Now().Add(-t.Retention))
+	t.Metrics.ObservePrune(n, err)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		t.Log.Error(err, "prune the runs that ended", "retention", t.Retention.String())
+	case n > 0:
+		t.Log.Info("pruned the runs that ended", "reservations", n, "retention", t.Retention.String())
 	}
 }
 
