@@ -80,7 +80,7 @@ func (c *chaos) slurmEvent(ctx context.Context, k, kills int) error {
 			// 26.05: slurmctld goes ahead with the reconfigure (a restart) but waits for its running scripts first,
 			// longer than scontrol waits for its answer. What counts is that it serves again.
 			logf("scontrol reconfigure: %s: waiting for slurmctld to answer", strings.TrimSpace(string(out)))
-			if err := c.waitSlurmctld(ctx); err != nil {
+			if err := c.untilSlurmctldServes(ctx, 2*time.Minute); err != nil {
 				return fmt.Errorf("scontrol reconfigure timed out (%s) and %w", strings.TrimSpace(string(out)), err)
 			}
 			c.events = append(c.events, "scontrol reconfigure (scontrol timed out; slurmctld served again)")
@@ -107,18 +107,22 @@ func (c *chaos) slurmEvent(ctx context.Context, k, kills int) error {
 	return nil
 }
 
-// waitSlurmctld waits, up to two minutes, until slurmctld answers (scontrol ping).
-func (c *chaos) waitSlurmctld(ctx context.Context) error {
-	deadline := time.Now().Add(2 * time.Minute)
+// untilSlurmctldServes waits, up to limit, until a slurmctld in control answers squeue (a backup in standby, or a
+// slurmctld still restarting, refuses it).
+func (c *chaos) untilSlurmctldServes(ctx context.Context, limit time.Duration) error {
+	t0 := time.Now()
 	for {
-		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		out, err := c.env.Command(pctx, "scontrol", "ping").CombinedOutput()
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		out, err := c.env.Command(cctx, "squeue", "-h", "-o", "%i").CombinedOutput()
 		cancel()
-		if err == nil && strings.Contains(string(out), "is UP") {
+		if err == nil {
 			return nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("slurmctld does not answer 2 minutes later: %v: %s", err, out)
+		if time.Since(t0) > limit {
+			return fmt.Errorf("no slurmctld serves %s later: squeue: %v: %s", limit, err, out)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		time.Sleep(time.Second)
 	}
@@ -142,20 +146,8 @@ func (c *chaos) failoverEvent(ctx context.Context, k int) error {
 		testbed.StopPidFile(filepath.Join(run, "slurmctld.pid"))
 		// Clients pass over the primary that is gone; the backup answers them only once it has taken control
 		// (before, it refuses: in standby mode).
-		for {
-			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			out, err := c.env.Command(cctx, "squeue", "-h", "-o", "%i").CombinedOutput()
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Since(t0) > 3*time.Minute {
-				return fmt.Errorf("the backup slurmctld did not take over within 3 minutes of the primary's stop: squeue: %v: %s", err, out)
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			time.Sleep(time.Second)
+		if err := c.untilSlurmctldServes(ctx, 3*time.Minute); err != nil {
+			return fmt.Errorf("the backup slurmctld did not take over after the primary's stop: %w", err)
 		}
 		c.backupTook = time.Since(t0)
 		logf("the backup slurmctld serves, %s after the primary stopped", c.backupTook.Round(time.Second))
