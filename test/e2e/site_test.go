@@ -133,9 +133,10 @@ func TestSitePrologAndEpilogRunBesideJuice(t *testing.T) {
 	refused, err := strconv.ParseUint(strings.TrimSpace(q), 10, 32)
 	require.NoError(t, err, q)
 	require.True(t, traced(fmt.Sprintf("prolog_slurmctld %d", refused)))
-	waitFor(t, 30*time.Second, "the site's epilog ran for the refused job", func() bool {
-		return traced(fmt.Sprintf("epilog_slurmctld %d", refused))
-	})
+	// The refused job's EpilogSlurmctld is not waited for: Slurm does not always let it run. 22.05 cancelled the
+	// srun whose PrologSlurmctld failed and SIGKILLed the job's EpilogSlurmctld 25 ms after starting it
+	// ("slurmscriptd: _run_script: JobId=18824 EpilogSlurmctld killed by signal 9", 2026-12-07), before the site's
+	// part had written its line; the accepted job's epilog above shows the parts run.
 	hooks, err := os.ReadFile(world.env.HookLog())
 	require.NoError(t, err)
 	require.NotContains(t, string(hooks), fmt.Sprintf("juice: job %d run 0: waiting", refused),
